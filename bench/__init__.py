@@ -1,0 +1,1 @@
+"""Performance benchmarks for nbmemory (not part of the package)."""

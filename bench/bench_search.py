@@ -1,0 +1,414 @@
+"""Search and ingest benchmark: nbmemory (DuckDB fts + vss) against the SQLite FTS5 + sqlite-vec reference.
+
+Prints one JSON object on stdout and writes it to ``bench/results/search-<UTC date>.json``;
+progress goes to stderr. Document vectors come from the embedding cache (fill it first with
+``python -m bench.embed_cache -n 50000``); query embeddings always run the real model, and the
+embedder's query LRU is emptied before every measured query so it never hits.
+
+    python bench/bench_search.py [--sizes 10000,50000] [--queries 300] [--ingest-n 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from bench.corpus import load_chunks, load_queries  # noqa: E402
+from bench.embed_cache import CachedEmbedder, cached_vectors  # noqa: E402
+from bench.sqlite_ref import SqliteReference  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+T0 = time.perf_counter()
+BUILD_NOTE = (
+    "store-side ingest given vectors (cached embeddings): rows, vectors, incremental HNSW "
+    "inserts, FTS delta postings, the final FTS rebuild"
+)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def dist(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    return {
+        "p50": round(float(np.percentile(arr, 50)), 3),
+        "p95": round(float(np.percentile(arr, 95)), 3),
+        "mean": round(float(arr.mean()), 3),
+        "min": round(float(arr.min()), 3),
+        "max": round(float(arr.max()), 3),
+    }
+
+
+def p50(values: list[float]) -> float:
+    return round(float(statistics.median(values)), 3)
+
+
+def forget_queries(embedder: Any) -> None:
+    """Empty the embedder's query LRU so the next query runs the model."""
+    cache = getattr(embedder, "_query_cache", None)
+    if cache is not None:
+        cache.clear()
+
+
+def machine_info(embedder: Any) -> dict[str, Any]:
+    import apsw
+    import duckdb
+    import sqlite_vec
+    import torch
+
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": getattr(embedder, "device", "cpu"),
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "duckdb": duckdb.__version__,
+        "sqlite": apsw.sqlite_lib_version(),
+        "sqlite_vec": sqlite_vec.__version__ if hasattr(sqlite_vec, "__version__") else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "model": embedder.name,
+        "model_fingerprint": embedder.fingerprint,
+    }
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            names = [ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")]
+        info["cpu_model"] = names[0] if names else None
+    except OSError:
+        info["cpu_model"] = None
+    return info
+
+
+def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir: Path) -> dict[str, Any]:
+    from nbmemory import Memory
+    from nbmemory.store import fts, vectors
+
+    out: dict[str, Any] = {"chunks": n, "queries": len(measured)}
+    chunks = load_chunks(n)
+    texts = [t for _, t in chunks]
+    sources = [s for s, _ in chunks]
+    log(f"[{n}] loading cached vectors")
+    vecs = cached_vectors(texts, real, log=log)
+    cached = CachedEmbedder(real, log=log)
+
+    # -- nbmemory build -------------------------------------------------------------------
+    path = workdir / f"nbm-{n}.duckdb"
+    t = time.perf_counter()
+    mem = Memory(path, embedder=cached)
+    _ = mem.embedder  # creates the vectors table and the (empty) HNSW index
+    open_s = time.perf_counter() - t
+    log(f"[{n}] nbmemory remember_many")
+    t = time.perf_counter()
+    ids = mem.remember_many(texts, sources=sources)
+    build_s = time.perf_counter() - t
+    assert len(ids) == n
+    t = time.perf_counter()
+    fts.rebuild(mem.db)
+    fts_rebuild_s = time.perf_counter() - t
+    t = time.perf_counter()
+    mem.db.execute("CHECKPOINT")
+    checkpoint_s = time.perf_counter() - t
+    log(f"[{n}] nbmemory build {build_s:.1f}s, fts rebuild {fts_rebuild_s:.1f}s; HNSW rebuild")
+    t = time.perf_counter()
+    vectors.rebuild_index(mem.db)
+    mem.db.execute("CHECKPOINT")
+    hnsw_rebuild_s = time.perf_counter() - t
+    mem.close()
+    t = time.perf_counter()
+    mem = Memory(path, embedder=cached)
+    _ = mem.embedder
+    reopen_s = time.perf_counter() - t
+    out["nbmemory_build"] = {
+        "remember_many_s": round(build_s, 2),
+        "chunks_per_s": round(n / build_s, 1),
+        "note": BUILD_NOTE,
+        "fts_rebuild_s": round(fts_rebuild_s, 2),
+        "hnsw_rebuild_from_scratch_s": round(hnsw_rebuild_s, 2),
+        "open_new_s": round(open_s, 3),
+        "reopen_s": round(reopen_s, 3),
+        "checkpoint_s": round(checkpoint_s, 2),
+        "file_mb": round(path.stat().st_size / 1e6, 1),
+    }
+
+    # -- SQLite reference build -----------------------------------------------------------
+    log(f"[{n}] sqlite reference build")
+    ref_path = workdir / f"ref-{n}.sqlite"
+    ref = SqliteReference(ref_path, real)
+    t = time.perf_counter()
+    ref.build(texts, vecs, sources)
+    ref_build_s = time.perf_counter() - t
+    out["sqlite_build"] = {
+        "build_s": round(ref_build_s, 2),
+        "chunks_per_s": round(n / ref_build_s, 1),
+        "file_mb": round(ref_path.stat().st_size / 1e6, 1),
+    }
+    del vecs
+
+    # -- search latency --------------------------------------------------------------------
+    log(f"[{n}] warm-up ({len(warm)} queries)")
+    for q in warm:
+        forget_queries(real)
+        mem.search(q, k=10)
+        forget_queries(real)
+        ref.search(q, k=10)
+
+    log(f"[{n}] measuring {len(measured)} queries")
+    nbm_e2e: list[float] = []
+    nbm_work: list[float] = []
+    nbm_embed: list[float] = []
+    stages: dict[str, list[float]] = {
+        "bm25": [],
+        "vector_search": [],
+        "rrf": [],
+        "hydrate": [],
+        "outside_pipeline": [],
+    }
+    ref_e2e: list[float] = []
+    ref_retrieval: list[float] = []
+    ref_stages: dict[str, list[float]] = {"bm25": [], "vector": [], "rrf": [], "hydrate": []}
+    overlap: list[float] = []
+    bm25_rebuilds = 0
+    vector_methods: dict[str, int] = {}
+
+    def run_nbm(q: str) -> list[str]:
+        nonlocal bm25_rebuilds
+        forget_queries(real)
+        t = time.perf_counter()
+        result = mem.search(q, k=10)
+        ms = (time.perf_counter() - t) * 1000
+        trace = result.trace
+        vec = trace.stage("vector")
+        embed_ms = float(vec.notes["embed_ms"]) if vec is not None else 0.0
+        nbm_e2e.append(ms)
+        nbm_embed.append(embed_ms)
+        nbm_work.append(ms - embed_ms)
+        bm = trace.stage("bm25")
+        stages["bm25"].append(bm.ms if bm else 0.0)
+        bm25_rebuilds += bool(bm and bm.notes.get("index_rebuilt"))
+        stages["vector_search"].append((vec.ms - embed_ms) if vec else 0.0)
+        if vec is not None:
+            vector_methods[vec.notes["method"]] = vector_methods.get(vec.notes["method"], 0) + 1
+        rrf_stage = trace.stage("rrf")
+        hyd = trace.stage("hydrate")
+        stages["rrf"].append(rrf_stage.ms if rrf_stage else 0.0)
+        stages["hydrate"].append(hyd.ms if hyd else 0.0)
+        stages["outside_pipeline"].append(ms - trace.total_ms)
+        return [h.source for h in result.hits]
+
+    def run_ref(q: str) -> list[str]:
+        forget_queries(real)
+        t = time.perf_counter()
+        ref.search(q, k=10)
+        ms = (time.perf_counter() - t) * 1000
+        ref_e2e.append(ms)
+        ref_retrieval.append(ms - ref.last_embed_ms)
+        for name, value in ref.last_stage_ms.items():
+            ref_stages[name].append(value)
+        return [h[1] for h in ref.last_hits]
+
+    for i, q in enumerate(measured):
+        # Alternate which system goes first, so drift and cache effects fall on both.
+        if i % 2 == 0:
+            a = run_nbm(q)
+            b = run_ref(q)
+        else:
+            b = run_ref(q)
+            a = run_nbm(q)
+        overlap.append(len(set(a) & set(b)) / 10)
+
+    bare: list[float] = []
+    for q in measured:
+        forget_queries(real)
+        t = time.perf_counter()
+        real.embed_query(q)
+        bare.append((time.perf_counter() - t) * 1000)
+
+    out["nbmemory_search_ms"] = {
+        "e2e": dist(nbm_e2e),
+        "search_work_beyond_embedding": dist(nbm_work),
+        "query_embedding_in_trace": dist(nbm_embed),
+        "stages_p50": {name: p50(v) for name, v in stages.items()},
+        "stages_p95": {name: round(float(np.percentile(v, 95)), 3) for name, v in stages.items()},
+        "fts_rebuilds_during_search": bm25_rebuilds,
+        "vector_methods": vector_methods,
+    }
+    out["sqlite_search_ms"] = {
+        "e2e": dist(ref_e2e),
+        "retrieval_beyond_embedding": dist(ref_retrieval),
+        "stages_p50": {name: p50(v) for name, v in ref_stages.items()},
+    }
+    out["bare_query_embedding_ms"] = dist(bare)
+    out["e2e_ratio_p50"] = round(p50(nbm_e2e) / p50(ref_e2e), 3)
+    out["work_ratio_p50"] = round(p50(nbm_work) / p50(ref_retrieval), 3)
+    out["top10_source_overlap_with_sqlite"] = round(float(np.mean(overlap)), 3)
+    out["search_log_rows"] = int(mem.db.scalar("SELECT count(*) FROM search_log"))
+    mem.close()
+    ref.close()
+    for p in (path, ref_path):
+        for suffix in ("", ".wal", "-wal", "-shm"):
+            Path(str(p) + suffix).unlink(missing_ok=True)
+    return out
+
+
+def bench_ingest(n: int, real: Any, workdir: Path) -> dict[str, Any]:
+    """Real-model ingest: bare encode vs remember_many vs index() of markdown files."""
+    from nbmemory import Memory
+
+    chunks = load_chunks(n)
+    texts = [t for _, t in chunks]
+    out: dict[str, Any] = {"chunks": n}
+
+    log(f"[ingest] bare embed_documents of {n} chunks")
+    real.embed_documents(texts[:64])  # the model is warm for all three runs
+    t = time.perf_counter()
+    real.embed_documents(texts)
+    bare_s = time.perf_counter() - t
+    bare_rate = n / bare_s
+    out["bare_encode"] = {"s": round(bare_s, 2), "chunks_per_s": round(bare_rate, 1)}
+
+    log(f"[ingest] remember_many ({bare_rate:.1f} chunks/s bare)")
+    mem = Memory(workdir / "ingest-rm.duckdb", embedder=real)
+    _ = mem.embedder
+    t = time.perf_counter()
+    mem.remember_many(texts)
+    rm_s = time.perf_counter() - t
+    mem.close()
+    rm_rate = n / rm_s
+    out["remember_many"] = {
+        "s": round(rm_s, 2),
+        "chunks_per_s": round(rm_rate, 1),
+        "ratio_to_bare": round(rm_rate / bare_rate, 3),
+    }
+
+    folder = workdir / "notes"
+    folder.mkdir()
+    per_file = 10
+    for f, start in enumerate(range(0, n, per_file)):
+        part = chunks[start : start + per_file]
+        body = [f"# Notes {f}\n"]
+        for j, (_, text) in enumerate(part):
+            body.append(f"## Part {j}\n\n{text}\n")
+        (folder / f"note-{f:04d}.md").write_text("\n".join(body), encoding="utf-8")
+    files = len(list(folder.glob("*.md")))
+    log(f"[ingest] Memory.index of {files} markdown files")
+    mem = Memory(workdir / "ingest-idx.duckdb", embedder=real)
+    _ = mem.embedder
+    t = time.perf_counter()
+    report = mem.index(folder)
+    idx_s = time.perf_counter() - t
+    mem.close()
+    idx_rate = report.chunks_added / idx_s
+    out["index_folder"] = {
+        "s": round(idx_s, 2),
+        "files": files,
+        "chunks": report.chunks_added,
+        "chunks_per_s": round(idx_rate, 1),
+        "ratio_to_bare": round(idx_rate / bare_rate, 3),
+        "skipped": len(report.skipped),
+    }
+    out["targets"] = {
+        "remember_many_ratio>=0.90": rm_rate / bare_rate >= 0.90,
+        "index_ratio>=0.90": idx_rate / bare_rate >= 0.90,
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,50000", help="comma-separated chunk counts")
+    parser.add_argument("--queries", type=int, default=300, help="measured queries per size")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--ingest-n", type=int, default=2000, help="0 skips the ingest benchmark")
+    parser.add_argument("--workdir", default=None, help="where temporary stores go (default: a temp dir)")
+    parser.add_argument("--no-save", action="store_true", help="do not write bench/results/")
+    args = parser.parse_args(argv)
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+
+    from nbmemory.embed.sentence import SentenceTransformerEmbedder
+
+    started = datetime.now(UTC)
+    real = SentenceTransformerEmbedder()
+    queries = load_queries()
+    if args.warmup + args.queries > len(queries):
+        raise SystemExit(f"only {len(queries)} distinct queries: lower --queries or --warmup")
+    warm = queries[: args.warmup]
+    measured = queries[args.warmup : args.warmup + args.queries]
+
+    result: dict[str, Any] = {
+        "benchmark": "nbmemory search",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "machine": machine_info(real),
+        "settings": {
+            "k": 10,
+            "depth": 50,
+            "rrf_k": 60,
+            "warmup_queries": len(warm),
+            "measured_queries": len(measured),
+            "sizes": sizes,
+            "corpus": "BEIR SciFact + NFCorpus, 2-sentence chunks",
+            "queries": "SciFact + NFCorpus test queries, each distinct",
+        },
+        "sizes": {},
+        "wall_s": {},
+    }
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="nbm-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        for n in sizes:
+            t = time.perf_counter()
+            result["sizes"][str(n)] = bench_size(n, real, warm, measured, workdir)
+            result["wall_s"][f"size_{n}"] = round(time.perf_counter() - t, 1)
+            log(f"[{n}] done: " + json.dumps({k: result["sizes"][str(n)][k] for k in ("e2e_ratio_p50",)}))
+        if args.ingest_n:
+            t = time.perf_counter()
+            result["ingest"] = bench_ingest(args.ingest_n, real, workdir / "ingest")
+            result["wall_s"]["ingest"] = round(time.perf_counter() - t, 1)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    target_n = "50000" if "50000" in result["sizes"] else (str(max(sizes)) if sizes else None)
+    if target_n is not None:
+        s = result["sizes"][target_n]
+        result["targets"] = {
+            "at_chunks": int(target_n),
+            "search_work_p50_ms": s["nbmemory_search_ms"]["search_work_beyond_embedding"]["p50"],
+            "e2e_ratio": s["e2e_ratio_p50"],
+            "search_work_p50_ms<=15": s["nbmemory_search_ms"]["search_work_beyond_embedding"]["p50"] <= 15,
+            "e2e_ratio<=0.7": s["e2e_ratio_p50"] <= 0.7,
+        }
+    result["wall_s"]["total"] = round(time.perf_counter() - T0, 1)
+    text = json.dumps(result, indent=2)
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        target = RESULTS / f"search-{started.strftime('%Y-%m-%d')}.json"
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+        log(f"wrote {target}")
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

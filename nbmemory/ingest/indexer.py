@@ -1,0 +1,412 @@
+"""Index folders and files into the store: incremental, redacted, batched, crash-consistent.
+
+A file is re-read only when its mtime or size changed, and re-chunked only when its content
+hash changed. Chunks whose text is unchanged keep their row (id, counters, forgotten state) and
+their vector; only new text is embedded. Each batch of files is one transaction, so a killed
+process leaves every earlier batch intact and none of the batch in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nbmemory.errors import BadFileError
+from nbmemory.ingest.chunking import chunk_file, kind_of
+from nbmemory.ingest.redact import redact
+from nbmemory.store import chunks as chunk_rows
+from nbmemory.store.db import Database, utcnow
+
+if TYPE_CHECKING:
+    from nbmemory.embed.base import Embedder
+
+SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", ".ipynb_checkpoints"}
+BATCH_CHUNKS = 512
+
+
+@dataclass
+class IndexReport:
+    """What one ``index`` run did."""
+
+    files_seen: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
+    chunks_added: int = 0
+    chunks_kept: int = 0
+    chunks_removed: int = 0
+    chunks_embedded: int = 0
+    vectors_reused: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    redactions: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        red = sum(self.redactions.values())
+        parts = [
+            f"{self.files_seen} files seen: {self.files_changed} indexed, "
+            f"{self.files_unchanged} unchanged, {self.files_removed} removed, "
+            f"{len(self.skipped)} skipped",
+            f"chunks: {self.chunks_added} added, {self.chunks_kept} kept, "
+            f"{self.chunks_removed} removed; {self.chunks_embedded} embedded, "
+            f"{self.vectors_reused} vectors reused",
+        ]
+        if red:
+            kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.redactions.items()))
+            parts.append(f"secrets redacted: {red} ({kinds})")
+        parts.append(f"{self.seconds:.1f} s")
+        return "\n".join(parts)
+
+
+@dataclass
+class _FilePlan:
+    path: str
+    kind: str
+    digest: str
+    mtime: float
+    size: int
+    rows: list[chunk_rows.NewChunk]
+    doc_id: int | None
+
+
+def walk(root: Path) -> Iterator[Path]:
+    """Files under ``root`` that have an ingestible kind; hidden and junk folders skipped.
+
+    Symlinked folders are not followed (no loops); symlinked files are.
+    """
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=None):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".")
+            and d not in SKIP_DIRS
+            and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
+        )
+        for name in sorted(filenames):
+            if name.startswith(".") or kind_of(name) is None:
+                continue
+            yield Path(dirpath) / name
+
+
+class Indexer:
+    """Indexes paths into ``db`` with ``embedder``.
+
+    Parameters
+    ----------
+    max_bytes:
+        Files larger than this are skipped with a message.
+    progress:
+        Called with (files done, files total, current path) for progress bars.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        embedder: Embedder,
+        max_bytes: int,
+        progress: Callable[[int, int, str], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.max_bytes = max_bytes
+        self.progress = progress
+        self.log = log or (lambda message: None)
+
+    def run(
+        self, paths: Iterable[str | os.PathLike[str]], namespace: str
+    ) -> IndexReport:
+        report = IndexReport()
+        start = time.perf_counter()
+        roots = [Path(p).expanduser().absolute() for p in paths]
+        for root in roots:
+            if not root.exists():
+                report.skipped.append((str(root), "no such file or folder"))
+                self.log(f"skipped {root}: no such file or folder")
+        roots = [r for r in roots if r.exists()]
+        files: list[Path] = []
+        for root in roots:
+            files.extend(walk(root))
+        known = {
+            path: (doc_id, digest, mtime, size, forgotten)
+            for doc_id, path, digest, mtime, size, forgotten in self.db.fetchall(
+                "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents "
+                "WHERE namespace = ?",
+                [namespace],
+            )
+        }
+        seen: set[str] = set()
+        pending: list[_FilePlan] = []
+        pending_chunks = 0
+        for done, file in enumerate(files, start=1):
+            path = str(file)
+            seen.add(path)
+            report.files_seen += 1
+            if self.progress:
+                self.progress(done, len(files), path)
+            plan = self._plan(file, namespace, known.get(path), report)
+            if plan is None:
+                continue
+            pending.append(plan)
+            pending_chunks += len(plan.rows)
+            if pending_chunks >= BATCH_CHUNKS:
+                self._commit(pending, namespace, report)
+                pending, pending_chunks = [], 0
+        if pending:
+            self._commit(pending, namespace, report)
+        self._remove_missing(roots, namespace, known, seen, report)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    # -- planning: read, hash, chunk, redact ----------------------------------------------
+    def _plan(
+        self,
+        file: Path,
+        namespace: str,
+        known: tuple[int, str, float, int, object] | None,
+        report: IndexReport,
+    ) -> _FilePlan | None:
+        path = str(file)
+        try:
+            st = file.stat()
+        except OSError as exc:
+            report.skipped.append((path, f"cannot stat: {exc.strerror}"))
+            self.log(f"skipped {path}: cannot stat ({exc.strerror})")
+            return None
+        if known is not None:
+            doc_id, digest, mtime, size, forgotten = known
+            if forgotten is not None:
+                report.files_unchanged += 1
+                return None
+            if mtime == st.st_mtime and size == st.st_size:
+                report.files_unchanged += 1
+                return None
+        if st.st_size > self.max_bytes:
+            reason = (
+                f"file is {st.st_size / 1e6:.1f} MB, over the {self.max_bytes / 1e6:.0f} MB "
+                "limit (raise NBMEMORY_MAX_FILE_MB to index it)"
+            )
+            report.skipped.append((path, reason))
+            self.log(f"skipped {path}: {reason}")
+            return None
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            report.skipped.append((path, f"cannot read: {exc.strerror}"))
+            self.log(f"skipped {path}: cannot read ({exc.strerror})")
+            return None
+        digest = hashlib.sha256(data).hexdigest()
+        if known is not None and known[1] == digest:
+            # Touched but not changed: remember the new mtime so the fast path works next time.
+            self.db.execute(
+                "UPDATE documents SET mtime = ?, size = ? WHERE id = ?",
+                [st.st_mtime, st.st_size, known[0]],
+            )
+            report.files_unchanged += 1
+            return None
+        try:
+            drafts = chunk_file(path, data)
+        except BadFileError as exc:
+            report.skipped.append((path, exc.reason))
+            self.log(f"skipped {exc}")
+            return None
+        except RecursionError:
+            report.skipped.append((path, "structure nested too deeply to parse"))
+            self.log(f"skipped {path}: structure nested too deeply to parse")
+            return None
+        kind = kind_of(path) or "text"
+        rows = []
+        for ordinal, draft in enumerate(drafts):
+            text = redact(draft.text)
+            heading = redact(draft.heading)
+            for name, count in (text.counts | {}).items():
+                report.redactions[name] = report.redactions.get(name, 0) + count
+            for name, count in heading.counts.items():
+                report.redactions[name] = report.redactions.get(name, 0) + count
+            tags = [
+                t.strip() for t in draft.meta.get("tags", "").split(",") if t.strip()
+            ]
+            rows.append(
+                chunk_rows.NewChunk(
+                    namespace=namespace,
+                    kind=draft.kind,
+                    text=text.text,
+                    heading=heading.text,
+                    source=path,
+                    ordinal=ordinal,
+                    cell_id=draft.cell_id,
+                    cell_index=draft.cell_index,
+                    line_start=draft.line_start,
+                    line_end=draft.line_end,
+                    tags=tags,
+                )
+            )
+        return _FilePlan(
+            path,
+            kind,
+            digest,
+            st.st_mtime,
+            st.st_size,
+            rows,
+            known[0] if known else None,
+        )
+
+    # -- committing a batch -----------------------------------------------------------------
+    def _commit(
+        self, plans: list[_FilePlan], namespace: str, report: IndexReport
+    ) -> None:
+        doc_ids = [p.doc_id for p in plans if p.doc_id is not None]
+        old: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        if doc_ids:
+            for cid, doc_id, digest in self.db.fetchall(
+                "SELECT id, doc_id, content_hash FROM chunks WHERE doc_id IN "
+                "(SELECT unnest(?::BIGINT[])) ORDER BY id",
+                [doc_ids],
+            ):
+                old[int(doc_id)][digest].append(int(cid))
+        # Which rows are new text, and which can reuse a stored vector of identical text.
+        new_rows: list[tuple[_FilePlan, chunk_rows.NewChunk]] = []
+        keep: list[tuple[int, chunk_rows.NewChunk]] = []
+        for plan in plans:
+            existing = old.get(plan.doc_id, {}) if plan.doc_id is not None else {}
+            for row in plan.rows:
+                ids = existing.get(row.hash)
+                if ids:
+                    keep.append((ids.pop(0), row))
+                else:
+                    new_rows.append((plan, row))
+        hashes = sorted({row.hash for _, row in new_rows})
+        reusable: dict[str, np.ndarray] = {}
+        if hashes:
+            for digest, vec in self.db.fetchall(
+                "SELECT c.content_hash, any_value(v.vec) FROM chunks c JOIN vectors v "
+                "ON v.chunk_id = c.id WHERE c.content_hash IN (SELECT unnest(?::VARCHAR[])) "
+                "GROUP BY c.content_hash",
+                [hashes],
+            ):
+                reusable[digest] = np.asarray(vec, dtype=np.float32)
+        to_embed = [row for _, row in new_rows if row.hash not in reusable]
+        unique: dict[str, chunk_rows.NewChunk] = {}
+        for row in to_embed:
+            unique.setdefault(row.hash, row)
+        if unique:
+            texts = [
+                chunk_rows.embedding_text(r.heading, r.text) for r in unique.values()
+            ]
+            vecs = self.embedder.embed_documents(texts)
+            for digest, vec in zip(unique, vecs, strict=True):
+                reusable[digest] = vec
+        report.chunks_embedded += len(unique)
+        report.vectors_reused += len(new_rows) - len(to_embed)
+        now = utcnow()
+        with self.db.transaction():
+            for plan in plans:
+                if plan.doc_id is None:
+                    plan.doc_id = chunk_rows.allocate(self.db, "doc_ids", 1)[0]
+                    self.db.execute(
+                        "INSERT INTO documents (id, namespace, path, kind, content_hash, mtime, "
+                        "size, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            plan.doc_id,
+                            namespace,
+                            plan.path,
+                            plan.kind,
+                            plan.digest,
+                            plan.mtime,
+                            plan.size,
+                            now,
+                        ],
+                    )
+                else:
+                    self.db.execute(
+                        "UPDATE documents SET content_hash = ?, mtime = ?, size = ?, "
+                        "indexed_at = ?, kind = ? WHERE id = ?",
+                        [
+                            plan.digest,
+                            plan.mtime,
+                            plan.size,
+                            now,
+                            plan.kind,
+                            plan.doc_id,
+                        ],
+                    )
+                for row in plan.rows:
+                    row.doc_id = plan.doc_id
+            # Old chunks whose text no longer occurs in their file.
+            gone = [
+                cid
+                for plan in plans
+                if plan.doc_id in old
+                for ids in old[plan.doc_id].values()
+                for cid in ids
+            ]
+            chunk_rows.purge(self.db, gone)
+            for cid, row in keep:
+                self.db.execute(
+                    "UPDATE chunks SET ordinal = ?, cell_id = ?, cell_index = ?, line_start = ?, "
+                    "line_end = ? WHERE id = ?",
+                    [
+                        row.ordinal,
+                        row.cell_id,
+                        row.cell_index,
+                        row.line_start,
+                        row.line_end,
+                        cid,
+                    ],
+                )
+            rows = [row for _, row in new_rows]
+            vecs = (
+                np.stack([reusable[r.hash] for r in rows])
+                if rows
+                else np.zeros((0, self.embedder.dim), np.float32)
+            )
+            chunk_rows.insert(self.db, rows, vecs, now)
+        report.files_changed += len(plans)
+        report.chunks_added += len(new_rows)
+        report.chunks_kept += len(keep)
+        report.chunks_removed += len(gone)
+
+    def _remove_missing(
+        self,
+        roots: list[Path],
+        namespace: str,
+        known: dict[str, tuple[int, str, float, int, object]],
+        seen: set[str],
+        report: IndexReport,
+    ) -> None:
+        prefixes = [str(r) + os.sep for r in roots if r.is_dir()]
+        gone_docs = [
+            doc_id
+            for path, (doc_id, *_rest) in known.items()
+            if path not in seen
+            and any(path.startswith(p) for p in prefixes)
+            and not os.path.exists(path)
+        ]
+        if not gone_docs:
+            return
+        with self.db.transaction():
+            ids = [
+                int(r[0])
+                for r in self.db.fetchall(
+                    "SELECT id FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))",
+                    [gone_docs],
+                )
+            ]
+            chunk_rows.purge(self.db, ids)
+            self.db.execute(
+                "DELETE FROM documents WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                [gone_docs],
+            )
+        report.files_removed += len(gone_docs)
+        report.chunks_removed += len(ids)

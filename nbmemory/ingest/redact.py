@@ -1,0 +1,1078 @@
+"""Secret redaction: every text passes through :func:`redact` before it is stored or embedded.
+
+Design
+------
+Detection is a list of rules in three tiers. Each rule yields candidate spans that cover only the
+secret (key names, URL users and hosts, header names stay):
+
+1. vendor rules: credentials with a recognisable shape (``ghp_...``, ``AKIA...``, ``xoxb-...``,
+   JWTs, PEM private-key blocks) or whose key names the vendor (``DD_API_KEY=...``);
+2. structural rules: ``scheme://user:PASSWORD@host``, ``Authorization: Bearer|Basic ...``, and
+   ``password`` / ``token`` / ``api_key`` / ``secret`` assignments in Python, YAML, JSON, .env and
+   shell;
+3. the generic ``high-entropy`` rule: long random-looking tokens that no other rule named.
+
+Candidates touching an existing ``[REDACTED:<kind>]`` marker are dropped, which makes redaction
+idempotent. Overlapping candidates are merged into one span (their union), so the output never
+holds half a secret or nested markers. A merged span is labelled by its most specific member:
+lowest tier (vendor before structural before generic), then earliest start, then longest match,
+then the order of :data:`KINDS`. Finally every other verbatim occurrence of a detected secret
+(8+ characters, two character classes) is redacted too, e.g. a password echoed in a cell output.
+
+Decisions
+---------
+* Not redacted, as obviously not a secret: empty values and values containing whitespace;
+  placeholders (``<your-password>``, ``xxx``, ``***``, ``${VAR}``, ``{{ var }}``, ``%(pw)s``,
+  ``your_api_key_here``, ``DB_PASSWORD``, ``None``, ``null``); code (``os.environ[...]``,
+  ``getenv(...)``, calls, attribute and variable references); file paths; values under 6
+  characters, and for the weaker keys (``token``, ``secret``, ``api_key``...) values under 8
+  characters or made of one character class. ``changeme`` (and ``changeit``, ``password``) count as
+  placeholders: they are published defaults, so hiding them protects nothing and only adds noise.
+* Hexadecimal strings are never ``high-entropy``: git SHAs, UUIDs, digests and lock-file hashes
+  are hex, and hex carries at most 4 bits per character, the threshold. A hex secret is caught
+  when its key names it (``token=...``, ``DD_API_KEY=...``).
+* Base64 images (``data:image/png;base64,...``, bare PNG/JPEG/GIF/WebP/SVG/PDF base64, notebook
+  ``"image/png": "..."``), labelled hashes (``sha256=``, ``sha512-``, ``h1:``, ``integrity``)
+  and base64 of ordinary prose are left untouched: not secrets; dropping bulky image payloads is
+  the caller's job.
+* Stripe publishable keys (``pk_live_...``) are public by design and are not redacted.
+
+Patterns are precompiled, bounded, and anchored on literals where possible; rules whose literal
+does not occur in the text do not run. No input makes matching super-linear. Nothing here logs,
+and no exception message contains any part of the input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["KINDS", "Redaction", "redact"]
+
+KINDS: tuple[str, ...] = (
+    "aws-access-key-id",
+    "aws-secret-access-key",
+    "github-token",
+    "gitlab-token",
+    "openai-api-key",
+    "anthropic-api-key",
+    "slack-token",
+    "slack-webhook",
+    "stripe-key",
+    "google-api-key",
+    "google-oauth-client-secret",
+    "google-oauth-token",
+    "gcp-service-account-key",
+    "azure-storage-key",
+    "twilio-api-key",
+    "sendgrid-api-key",
+    "mailgun-api-key",
+    "npm-token",
+    "pypi-token",
+    "huggingface-token",
+    "digitalocean-token",
+    "shopify-token",
+    "discord-bot-token",
+    "telegram-bot-token",
+    "datadog-api-key",
+    "heroku-api-key",
+    "jwt",
+    "private-key",
+    "bearer-token",
+    "basic-auth",
+    "url-password",
+    "password-assignment",
+    "high-entropy",
+)
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """The result of :func:`redact`.
+
+    Parameters
+    ----------
+    text:
+        The input with every secret replaced by ``[REDACTED:<kind>]``.
+    counts:
+        Number of replacements per kind (see :data:`KINDS`); empty when nothing was found.
+    """
+
+    text: str
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """Number of replacements of all kinds."""
+        return sum(self.counts.values())
+
+
+_VENDOR, _STRUCTURAL, _GENERIC = 0, 1, 2
+_TIER = dict.fromkeys(KINDS, _VENDOR) | {
+    "bearer-token": _STRUCTURAL,
+    "basic-auth": _STRUCTURAL,
+    "url-password": _STRUCTURAL,
+    "password-assignment": _STRUCTURAL,
+    "high-entropy": _GENERIC,
+}
+_ORDER = {kind: i for i, kind in enumerate(KINDS)}
+
+# A candidate: (start, end, kind).
+_Cand = tuple[int, int, str]
+_Finder = Callable[[str, str], Iterable[_Cand]]
+
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_KEY_CHARS = _ALNUM | frozenset("_.-")
+_MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9-]{1,40}\]")
+_FILLER_RE = re.compile(r"(.)\1{5,}|x{4}|X{4}|\*{3}|\.\.\.|\u2026|(?i:your)")
+
+
+def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, re.ASCII | flags)
+
+
+def _is_digit(c: str) -> bool:
+    return "0" <= c <= "9"
+
+
+def _classes(value: str) -> int:
+    """Count the character classes in value: lower, upper, digit, other ASCII symbol."""
+    lower = upper = digit = other = 0
+    for c in value:
+        if "a" <= c <= "z":
+            lower = 1
+        elif "A" <= c <= "Z":
+            upper = 1
+        elif "0" <= c <= "9":
+            digit = 1
+        elif c not in "-_. " and c.isascii():
+            other = 1
+    return lower + upper + digit + other
+
+
+def _mixed_case(value: str) -> bool:
+    return any("a" <= c <= "z" for c in value) and any("A" <= c <= "Z" for c in value)
+
+
+def _not_filler(value: str) -> bool:
+    """False for documentation fillers such as ``ghp_xxxxxxxx`` or ``T000/B000/XXXXXXXX``."""
+    return _FILLER_RE.search(value) is None
+
+
+# --- placeholders ----------------------------------------------------------------------------
+
+_PLACEHOLDER_WORDS = frozenset(
+    """
+    changeme changeit password passwd passphrase pass pw pwd mypassword mypass secret secrets
+    token apitoken authtoken accesstoken apikey accesskey secretkey privatekey clientsecret
+    credential credentials example sample placeholder redacted masked hidden dummy fake test
+    testing none null nil undefined true false yes default empty notset unset todo tbd fixme
+    required optional string str bytes secretstr secretbytes value foo bar baz foobar
+    """.split()
+)
+_PLACEHOLDER_RE = re.compile(
+    r"""
+    (?: <[^<>]*>                       # <your-password>
+      | \{\{.*\}\} | \{%.*%\}          # {{ jinja }}
+      | \$\{.*\} | \$\(.*\)            # ${VAR} $(cmd)
+      | \$[A-Za-z_][A-Za-z0-9_]*       # $VAR
+      | %\([A-Za-z_0-9]*\)[sdr] | %[sdr]
+      | \{[A-Za-z_0-9.]*\}             # {name}
+      | \[[A-Za-z_ |-]*\]              # [MASK] [PAD]
+      | \|[A-Za-z_ -]*\|               # |NEWLINE|
+      | [A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+  # DB_PASSWORD: the name of a secret, not its value
+      | (.)\1*                         # xxxx ****
+    )""",
+    re.ASCII | re.VERBOSE,
+)
+
+
+def _is_placeholder(value: str) -> bool:
+    """True for values that stand for a secret without being one."""
+    if not value or value.startswith("[REDACTED:") or _PLACEHOLDER_RE.fullmatch(value):
+        return True
+    norm = re.sub(r"[^a-z0-9]", "", value.lower())
+    if not norm or norm in _PLACEHOLDER_WORDS:
+        return True
+    if norm.startswith(("your", "insert", "enter", "replace", "change", "put")):
+        return True
+    if norm.endswith("here") or "example" in norm or "placeholder" in norm:
+        return True
+    return _FILLER_RE.search(value) is not None
+
+
+def _not_placeholder(value: str) -> bool:
+    return not _is_placeholder(value)
+
+
+# --- rules expressed as one regex each -------------------------------------------------------
+
+
+def _not_alnum(c: str) -> bool:
+    return c not in _ALNUM
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A regex rule. ``group`` holds the secret; ``check`` vets it.
+
+    ``needs``: substrings of which one must occur for the rule to run (checked against the
+    lower-cased text when the needle is lower case). ``before``: predicate on the character
+    preceding the match ("" at the start). ``low``: match against the lower-cased text (for
+    case-insensitive keys; every value class used with it is closed under case).
+    """
+
+    kind: str
+    regex: re.Pattern[str]
+    group: str | int = 0
+    check: Callable[[str], bool] | None = None
+    needs: tuple[str, ...] = ()
+    before: Callable[[str], bool] | None = _not_alnum
+    low: bool = False
+
+    def find(self, text: str, low: str) -> Iterator[_Cand]:
+        if self.needs and not any(n in (low if n.islower() else text) for n in self.needs):
+            return
+        for m in self.regex.finditer(low if self.low else text):
+            if self.before is not None and not self.before(text[m.start() - 1 : m.start()]):
+                continue
+            s, e = m.span(self.group)
+            if s < 0 or e <= s:
+                continue
+            if self.check is not None and not self.check(text[s:e]):
+                continue
+            yield s, e, self.kind
+
+
+# The separator of `key = value`, `key: value`, `"key": "value"`, `key => value`.
+_SEP = r"[\"']?[ \t]*(?:=>|=|:)[ \t]*[\"']?"
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_B64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B64_VALUE = {c: i for i, c in enumerate(_B64_ALPHABET)} | {"-": 62, "_": 63}
+
+
+def _b64decode(value: str) -> bytes | None:
+    """Decode standard or URL-safe base64, ignoring padding; None if value is not base64."""
+    out = bytearray()
+    acc = bits = 0
+    for c in value.rstrip("="):
+        v = _B64_VALUE.get(c)
+        if v is None:
+            return None
+        acc = ((acc << 6) | v) & 0xFFFF
+        bits += 6
+        if bits >= 8:
+            bits -= 8
+            out.append((acc >> bits) & 0xFF)
+    return bytes(out)
+
+
+def _discord_check(token: str) -> bool:
+    # The first part of a Discord bot token is the bot's numeric id, base64-encoded.
+    head = _b64decode(token.split(".", 1)[0])
+    return head is not None and 17 <= len(head) <= 20 and head.isdigit()
+
+
+def _random_body(prefix_len: int) -> Callable[[str], bool]:
+    # For short prefixes whose body could be an identifier: 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.
+    def check(value: str) -> bool:
+        body = value[prefix_len:]
+        return _not_filler(body) and _avg_piece(body) < 3.5
+
+    return check
+
+
+def _after_scheme(c: str) -> bool:
+    return c in _ALNUM
+
+
+def _after_space(c: str) -> bool:
+    return c in ("", " ", "\t", "\n", "\r")
+
+
+def _auth_password(value: str) -> bool:
+    return len(value) >= 6 and " " not in value and not _is_placeholder(value)
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "gcp-service-account-key",
+        _rx(
+            r"(?P<q>[\"'])private_key(?P=q)[ \t]*:[ \t]*(?P=q)"
+            r"(?P<s>-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----[^\"'\n]{0,16384})(?P=q)"
+        ),
+        "s",
+        needs=("private_key",),
+        before=None,
+    ),
+    _Rule(
+        "private-key",
+        _rx(
+            r"-{4,5} ?BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}"
+            # Key material (or a PEM header) must follow: a prose mention is not a key.
+            r"(?=(?:\s|\\[nr])*(?:[A-Za-z0-9+/=]{16}|[A-Za-z-]{2,40}:|-{4,5} ?END))"
+            r"(?:[\s\S]*?-{4,5} ?END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}|[\s\S]*)"
+        ),
+        needs=("PRIVATE KEY",),
+        before=None,
+    ),
+    _Rule(
+        "aws-access-key-id",
+        _rx(
+            r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)"
+            r"[A-Z0-9]{16}(?![A-Za-z0-9])"
+        ),
+        check=_not_filler,
+    ),
+    _Rule(
+        "aws-secret-access-key",
+        _rx(
+            r"(?:aws[_.-]?secret[_.-]?(?:access[_.-]?)?key|secret[_.-]?access[_.-]?key)"
+            rf"{_SEP}(?P<s>[a-z0-9/+]{{40}})(?![a-z0-9/+=])"
+        ),
+        "s",
+        check=lambda v: _mixed_case(v) and _not_filler(v),
+        needs=("secret",),
+        before=None,
+        low=True,
+    ),
+    _Rule(
+        "github-token",
+        _rx(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "github-token",
+        _rx(r"github_pat_[A-Za-z0-9]{20,40}_[A-Za-z0-9]{40,120}(?![A-Za-z0-9_])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "gitlab-token",
+        _rx(
+            r"gl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|oas|agent|ffct)-[A-Za-z0-9_-]{20,255}"
+            r"(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?(?![A-Za-z0-9_-])"
+        ),
+        check=_not_filler,
+    ),
+    _Rule(
+        "anthropic-api-key",
+        _rx(r"sk-ant-[a-z]{2,8}[0-9]{2}-[A-Za-z0-9_-]{32,300}(?![A-Za-z0-9_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "openai-api-key",
+        _rx(
+            r"sk-(?!ant-)(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,300}"
+            r"|[A-Za-z0-9_-]{20,150}T3BlbkFJ[A-Za-z0-9_-]{20,150}"
+            r"|[A-Za-z0-9]{48})(?![A-Za-z0-9_-])"
+        ),
+        check=_not_filler,
+    ),
+    _Rule(
+        "slack-token",
+        _rx(
+            r"x(?:ox[abposr]-[0-9]{1,20}-[A-Za-z0-9-]{8,250}"
+            r"|oxe(?:\.xox[bp])?-[0-9]-[A-Za-z0-9-]{20,250}"
+            r"|app-[0-9]-[A-Z0-9]{6,20}-[0-9]{6,20}-[A-Za-z0-9]{20,100})(?![A-Za-z0-9-])"
+        ),
+        check=_not_filler,
+    ),
+    _Rule(
+        "slack-webhook",
+        _rx(
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/"
+            r"(?P<s>[A-Za-z0-9_/+-]{20,300})"
+        ),
+        "s",
+        check=_not_filler,
+    ),
+    _Rule(
+        "stripe-key",
+        _rx(r"sk_(?:live|test)_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "stripe-key",
+        _rx(r"rk_(?:live|test)_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "stripe-key",
+        _rx(r"whsec_[A-Za-z0-9+/=]{32,100}(?![A-Za-z0-9+/=])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "google-api-key",
+        _rx(r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "google-oauth-client-secret",
+        _rx(r"GOCSPX-[A-Za-z0-9_-]{24,40}(?![A-Za-z0-9_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "google-oauth-token",
+        _rx(r"ya29\.[0-9A-Za-z_-]{20,2048}(?![0-9A-Za-z_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "azure-storage-key",
+        _rx(r"accountkey[ \t]*=[ \t]*(?P<s>[a-z0-9+/]{86}==)(?![a-z0-9+/=])"),
+        "s",
+        before=None,
+        low=True,
+    ),
+    _Rule(
+        "azure-storage-key",
+        _rx(
+            rf"azure[_.-]?storage[_.-]?(?:account[_.-]?)?(?:access[_.-]?)?key{_SEP}"
+            r"(?P<s>[a-z0-9+/]{86}==)(?![a-z0-9+/=])"
+        ),
+        "s",
+        before=None,
+        low=True,
+    ),
+    _Rule(
+        "twilio-api-key",
+        _rx(r"SK[0-9a-f]{32}(?![A-Za-z0-9])"),
+    ),
+    _Rule(
+        "twilio-api-key",
+        _rx(
+            r"twilio[_.-]?(?:auth[_.-]?token|api[_.-]?secret|secret)"
+            rf"{_SEP}(?P<s>[a-z0-9]{{32}})(?![a-z0-9])"
+        ),
+        "s",
+        low=True,
+    ),
+    _Rule(
+        "sendgrid-api-key",
+        _rx(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "mailgun-api-key",
+        _rx(r"key-[0-9a-f]{32}(?![A-Za-z0-9])"),
+    ),
+    _Rule(
+        "mailgun-api-key",
+        _rx(r"[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}(?![A-Za-z0-9-])"),
+        needs=("mailgun",),
+    ),
+    _Rule(
+        "npm-token",
+        _rx(r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "npm-token",
+        _rx(r"_authToken[ \t]*=[ \t]*[\"']?(?P<s>[A-Za-z0-9_.+/=-]{8,512})"),
+        "s",
+        check=_not_placeholder,
+        before=None,
+    ),
+    _Rule(
+        "pypi-token",
+        _rx(r"pypi-Ag[A-Za-z0-9_-]{50,1000}(?![A-Za-z0-9_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "huggingface-token",
+        _rx(r"hf_[A-Za-z0-9]{34,40}(?![A-Za-z0-9_])"),
+        check=_random_body(3),
+    ),
+    _Rule(
+        "huggingface-token",
+        _rx(r"api_org_[A-Za-z0-9]{34}(?![A-Za-z0-9_])"),
+        check=_random_body(8),
+    ),
+    _Rule(
+        "digitalocean-token",
+        _rx(r"do[opr]_v1_[a-f0-9]{64}(?![A-Za-z0-9])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "shopify-token",
+        _rx(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "discord-bot-token",
+        _rx(
+            r"[MNO](?<![A-Za-z0-9_-][MNO])[A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\."
+            r"[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"
+        ),
+        check=_discord_check,
+    ),
+    _Rule(
+        "datadog-api-key",
+        _rx(
+            r"datadog[_.-]?(?:api|app)[_.-]?key"
+            rf"{_SEP}(?P<s>[a-f0-9]{{40}}|[a-f0-9]{{32}})(?![a-z0-9])"
+        ),
+        "s",
+        low=True,
+    ),
+    _Rule(
+        "datadog-api-key",
+        _rx(rf"dd[_.-]?(?:api|app)[_.-]?key{_SEP}(?P<s>[a-f0-9]{{40}}|[a-f0-9]{{32}})(?![a-z0-9])"),
+        "s",
+        low=True,
+    ),
+    _Rule(
+        "heroku-api-key",
+        _rx(
+            r"heroku[a-z0-9_.-]{0,30}?(?:api[_.-]?key|token|key|secret|password)"
+            rf"{_SEP}(?P<s>{_UUID})(?![a-z0-9-])"
+        ),
+        "s",
+        low=True,
+    ),
+    _Rule(
+        "heroku-api-key",
+        _rx(r"HRKU-[A-Za-z0-9_-]{60}(?![A-Za-z0-9_-])"),
+        check=_not_filler,
+    ),
+    _Rule(
+        "jwt",
+        _rx(
+            r"eyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}"
+            r"\.[A-Za-z0-9_-]{0,8192}(?![A-Za-z0-9_-])"
+        ),
+        before=lambda c: c == "" or (c not in _ALNUM and c not in "_-"),
+    ),
+    _Rule(
+        "bearer-token",
+        _rx(
+            r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*bearer[ \t]+"
+            r"(?P<s>[a-z0-9._~+/=-]{8,8192})(?![a-z0-9._~+/=-])"
+        ),
+        "s",
+        check=_not_placeholder,
+        low=True,
+    ),
+    _Rule(
+        "bearer-token",
+        # The value of a headers dict: {"Authorization": "Bearer ..."}
+        _rx(r"bearer[ \t]+(?P<s>[a-z0-9._~+/=-]{8,8192})(?![a-z0-9._~+/=-])"),
+        "s",
+        check=_not_placeholder,
+        before=lambda c: c in ("\"", "'", "`"),
+        low=True,
+    ),
+    _Rule(
+        "basic-auth",
+        _rx(
+            r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?[ \t]*basic[ \t]+"
+            r"(?P<s>[a-z0-9+/]{6,4096}={0,2})(?![a-z0-9+/=])"
+        ),
+        "s",
+        check=_not_placeholder,
+        low=True,
+    ),
+    *(
+        _Rule(
+            "basic-auth",
+            # curl -u user:password / --user user:password
+            _rx(rf"{flag}[ \t]+[\"']?[^\s:\"']{{1,256}}:(?P<s>[^\s\"']{{1,256}})"),
+            "s",
+            check=_not_placeholder,
+            before=_after_space,
+        )
+        for flag in ("-u", "--user")
+    ),
+    _Rule(
+        "basic-auth",
+        # requests: auth=("user", "password")
+        _rx(
+            r"auth[ \t]*=[ \t]*\(?[ \t]*[\"'][^\"'\n]{1,256}[\"'][ \t]*,[ \t]*"
+            r"[\"'](?P<s>[^\"'\n]{1,256})[\"']"
+        ),
+        "s",
+        check=_auth_password,
+    ),
+    *(
+        _Rule(
+            "basic-auth",
+            # HTTPBasicAuth("user", "password"), aiohttp.BasicAuth(...)
+            _rx(
+                rf"{name}\([ \t]*[\"'][^\"'\n]{{1,256}}[\"'][ \t]*,"
+                r"[ \t]*[\"'](?P<s>[^\"'\n]{1,256})[\"']"
+            ),
+            "s",
+            check=_auth_password,
+            before=None,
+        )
+        for name in ("BasicAuth", "DigestAuth")
+    ),
+    _Rule(
+        "url-password",
+        _rx(r"://[^\s:/@?#\[\]\"'<>]{0,256}:(?P<s>[^\s/?#\"'<>]{1,256})@"),
+        "s",
+        check=_not_placeholder,
+        before=_after_scheme,
+    ),
+)
+
+# Telegram bot tokens: 8-10 digit bot id, colon, 34-35 character secret.
+_TELEGRAM_RE = _rx(r":[A-Za-z0-9_-]{34,35}(?![A-Za-z0-9_-])")
+
+
+def _telegram_candidates(text: str, low: str) -> Iterator[_Cand]:
+    if ":" not in text:
+        return
+    for m in _TELEGRAM_RE.finditer(text):
+        colon = start = m.start()
+        while start > 0 and colon - start <= 10 and _is_digit(text[start - 1]):
+            start -= 1
+        secret = m.group()[1:]
+        if 8 <= colon - start <= 10 and _mixed_case(secret) and _not_filler(secret):
+            yield start, m.end(), "telegram-bot-token"
+
+
+# The tail of a PEM block whose BEGIN line is in another chunk: key lines, then the END line.
+_KEY_END_RE = _rx(r"-{4,5} ?END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}")
+_KEY_LINE_RE = _rx(r"[ \t]*(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]{2,40}:.*|=[A-Za-z0-9+/]{4})[ \t]*\r?")
+_KEY_LAST_LINE_RE = _rx(r"[ \t]*[A-Za-z0-9+/]{2,}={0,2}[ \t]*\r?")
+
+
+def _key_tail_candidates(text: str, low: str) -> Iterator[_Cand]:
+    if "PRIVATE KEY" not in text:
+        return
+    for m in _KEY_END_RE.finditer(text):
+        start = line_end = m.start()
+        # Walk back over key material, at most 200 lines, to the first line that is not one.
+        for i in range(200):
+            if line_end == 0 or text[line_end - 1] != "\n":
+                break
+            line_start = text.rfind("\n", max(0, line_end - 1 - 4096), line_end - 1) + 1
+            # The last line of the key material may be short: "AbCd==".
+            line_re = _KEY_LAST_LINE_RE if i == 0 else _KEY_LINE_RE
+            if not (line_re.fullmatch(text, line_start, line_end - 1) or (
+                i == 0 and _KEY_LINE_RE.fullmatch(text, line_start, line_end - 1)
+            )):
+                break
+            start = line_end = line_start
+        if start < m.start():
+            yield start, m.end(), "private-key"
+
+
+# --- password / token / api_key / secret assignments -----------------------------------------
+
+_ASSIGN_RE = _rx(
+    r"(?P<kw>pass(?:word|wd|phrase)?|pwd|secret(?:[_.-]?key)?|token|api[_.-]?key|apikey"
+    r"|access[_.-]?key|private[_.-]?key|auth[_.-]?key|signing[_.-]?key|encryption[_.-]?key"
+    r"|master[_.-]?key)(?P<kq>[\"']?)(?P<sep>[ \t]*(?:=>|=|:)[ \t]*)"
+)
+_VALUE_RE = _rx(
+    r"(?P<pre>[rRbBuU]{0,2})(?:\"(?P<dq>(?:[^\"\\\n]|\\.){0,512})\""
+    r"|'(?P<sq>(?:[^'\\\n]|\\.){0,512})')"
+    r"|(?P<bare>[^\s\"'`=][^\s\"'`]{0,511})"
+)
+_ASSIGN_NEEDS = ("pass", "pwd", "secret", "token", "key")
+# Keys that end in a keyword but never hold a credential: tokenizer special tokens, paging.
+_DENY_KEY_RE = _rx(
+    r"(?:.*[_-])?(?:bos|eos|pad|unk|sep|cls|mask|start|end|eot|special|page|next|nextpage"
+    r"|continuation|sync|max|min|num|image|audio|video|begin|stop|ignore|newline)[_-]?token"
+    r"|.*public.*"
+)
+_IDENT_RE = _rx(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED_RE = _rx(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+# `password: SecretStr` is a type annotation, not YAML.
+_TYPE_NAME_RE = _rx(r"(?:[A-Z]+[a-z]+)+[A-Z]*")
+# What may precede KEY=value at the start of a line in .env, shell, Dockerfile, compose files.
+_LINE_PREFIX_RE = _rx(
+    r"[ \t]*-[ \t]+[\"']?"
+    r"|[ \t]*(?:export|set|setx|ENV|env|declare -x|local|readonly)[ \t]+"
+    r"|[\"']?"
+)
+_CODE_START = tuple("$%@*&!|>\\<")
+_CODE_CHARS = frozenset("()[]{}")
+_PATH_RE = _rx(r"~?/|\.\.?/|[A-Za-z]:\\")
+_NAME_WORD_RE = _rx(r"(?i:token|secret|api[_.-]?key|password)")
+
+
+def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
+    if not any(n in low for n in _ASSIGN_NEEDS):
+        return
+    for m in _ASSIGN_RE.finditer(low):
+        kw_start, kw_end = m.span("kw")
+        # The key is the identifier that ends with the keyword: DB_PASSWORD, --api-key, x.token.
+        key_start = kw_start
+        limit = max(0, kw_start - 64)
+        while key_start > limit and text[key_start - 1] in _KEY_CHARS:
+            key_start -= 1
+        kw = m.group("kw")
+        if kw in ("pass", "pwd"):
+            if key_start == kw_start and kw == "pass":
+                continue  # "first pass: ..." is prose; DB_PASS, smtp_pass are keys
+            before = text[kw_start - 1] if key_start < kw_start else ""
+            if before and not (before in "_.-" or (before.islower() and text[kw_start].isupper())):
+                continue  # bypass, compass
+        if _DENY_KEY_RE.fullmatch(low[key_start:kw_end].lstrip("-").rsplit(".", 1)[-1]):
+            continue
+        kq = m.group("kq")
+        opener = text[key_start - 1] if key_start > 0 else ""
+        key_quoted = bool(kq) and opener == kq
+        raw_sep = m.group("sep")
+        sep = raw_sep.strip()
+        if sep == ":" and not key_quoted and not raw_sep.endswith((" ", "\t")):
+            continue  # `token:abc` is a URL or a label, not a mapping
+        vm = _VALUE_RE.match(text, m.end())
+        if vm is None:
+            continue
+        strong = kw.startswith("pass") or kw == "pwd"
+        bare = vm.group("bare")
+        if bare is None:
+            group = "dq" if vm.group("dq") is not None else "sq"
+            value = vm.group(group)
+            if "r" in vm.group("pre").lower():
+                continue  # a raw string: a regex, not a credential
+            if _quoted_ok(value, strong):
+                yield vm.start(group), vm.end(group), "password-assignment"
+            continue
+        if opener and opener in "?&;":
+            bare = re.split(r"[&#]", bare, maxsplit=1)[0]
+        value = bare.rstrip(",;)]}")
+        context = _BareContext(text, key_start, key_quoted, sep, raw_sep != sep, value != bare)
+        if _bare_ok(value, strong, context, vm.start("bare")):
+            yield vm.start("bare"), vm.start("bare") + len(value), "password-assignment"
+
+
+@dataclass(frozen=True)
+class _BareContext:
+    text: str
+    key_start: int
+    key_quoted: bool
+    sep: str
+    spaced: bool
+    trailing: bool
+
+
+def _common_ok(value: str, strong: bool) -> bool:
+    if len(value) < (6 if strong else 8) or _is_placeholder(value):
+        return False
+    if _PATH_RE.match(value) or "://" in value or "==" in value:
+        return False
+    if strong:
+        return True
+    # Weak keys (token, secret, api_key) need a value that reads neither as a plain word nor as
+    # the name of a setting ("s3.session-token").
+    return _classes(value) >= 2 and _NAME_WORD_RE.search(value) is None
+
+
+def _quoted_ok(value: str, strong: bool) -> bool:
+    if any(c.isspace() for c in value) or "${" in value or "%(" in value:
+        return False
+    if ("{" in value and "}" in value) or ("[" in value and "]" in value):
+        return False  # a format template or a regex
+    return _common_ok(value, strong)
+
+
+def _bare_ok(value: str, strong: bool, ctx: _BareContext, start: int) -> bool:
+    if not value or value.startswith(_CODE_START) or not _CODE_CHARS.isdisjoint(value):
+        return False
+    if _DOTTED_RE.fullmatch(value) or (not strong and value.isdigit()):
+        return False  # config.password, process.env.TOKEN, max_token = 1000000
+    if not _common_ok(value, strong):
+        return False
+    if not _IDENT_RE.fullmatch(value):
+        return True
+    # An identifier is a variable reference in code, a literal in .env / YAML / shell.
+    text, key_start = ctx.text, ctx.key_start
+    if ctx.trailing:
+        return False  # `api_key=api_key_value,` is a keyword argument
+    if ctx.sep == "=":
+        if ctx.spaced:
+            return False  # `password = hunter2` is Python
+        if text[key_start] == "-" or text[key_start - 1 : key_start] in ("?", "&", ";"):
+            return True  # --password=..., ?token=...
+        line_start = text.rfind("\n", max(0, key_start - 200), key_start) + 1
+        if line_start == 0 and key_start > 200:
+            return False
+        prefix = text[line_start:key_start]
+        if _LINE_PREFIX_RE.fullmatch(prefix):
+            return True
+        key = text[key_start : start].rstrip("= \t")
+        return key.isupper() and prefix.endswith((" ", "\t")) and bool(prefix.strip())
+    if ctx.sep == ":":
+        if ctx.key_quoted or _TYPE_NAME_RE.fullmatch(value):
+            return False
+        end = start + len(value)
+        newline = text.find("\n", end, end + 256)
+        rest = text[end : newline if newline >= 0 else end + 256].strip()
+        return not rest or rest.startswith("#")
+    return False
+
+
+# --- generic high-entropy tokens -------------------------------------------------------------
+
+_TOKEN_RE = _rx(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,3}(?![A-Za-z0-9+/=_-])")
+_HEXISH_RE = _rx(r"[0-9a-fA-F-]+")
+_PIECE_RE = _rx(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_SIMPLE_PART_RE = _rx(
+    r"[A-Za-z][a-z]*[0-9]*|[A-Z]+[0-9]*|[0-9]+[A-Za-z]{0,3}|[0-9a-f]+|[0-9A-F]+|[A-Za-z0-9]{0,8}"
+)
+_PATH_WORD_RE = _rx(r"[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*|[A-Z][a-z]+")
+# What may precede a token that is a labelled hash or inline image data, not a secret.
+_HASH_CONTEXT_RE = _rx(
+    r"(?i:sha(?:1|224|256|384|512)|sha3[_-]?[0-9]+|md5|blake2[bs]?|h1|hash|digest|checksum"
+    r"|integrity|etag)[\"']?[ \t]*[:=][ \t]*[\"']?$"
+    r"|;base64,$"
+    r"|\"image/[a-z0-9.+-]+\"[ \t]*:[ \t]*\[?[ \t]*\"$"
+)
+_SRI_RE = _rx(r"(?i:sha(?:1|256|384|512)|md5)-")
+# Base64 of PNG, JPEG, GIF, WebP, SVG, XML, PDF headers.
+_IMAGE_MAGIC = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR", "PHN2Zy", "PD94bWwg", "JVBERi0")
+_AWS_NEAR_RE = _rx(r"(?:AKIA|ASIA)[A-Z0-9]{16}|(?<![A-Za-z])(?i:aws)")
+_AWS_SECRET_RE = _rx(r"[A-Za-z0-9/+]{40}")
+
+_MIN_ENTROPY = 4.0
+_MAX_AVG_PIECE = 3.0
+_MIN_TRANSITIONS = 0.3
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of the characters of value, in bits per character."""
+    counts: dict[str, int] = {}
+    for c in value:
+        counts[c] = counts.get(c, 0) + 1
+    n = len(value)
+    return -sum(k / n * math.log2(k / n) for k in counts.values())
+
+
+def _avg_piece(value: str) -> float:
+    """Mean length of the words, acronyms and numbers in value (camelCase and snake_case aware)."""
+    pieces = _PIECE_RE.findall(value)
+    return sum(map(len, pieces)) / len(pieces) if pieces else 0.0
+
+
+def _transitions(value: str) -> float:
+    """Share of adjacent alphanumeric pairs that switch between lower, upper and digit."""
+    prev = ""
+    pairs = switches = 0
+    for c in value:
+        kind = "l" if "a" <= c <= "z" else "u" if "A" <= c <= "Z" else "d" if _is_digit(c) else ""
+        if kind and prev:
+            pairs += 1
+            switches += kind != prev
+        prev = kind
+    return switches / pairs if pairs else 0.0
+
+
+def _base64_prose(value: str) -> bool:
+    """True if value is base64 of ordinary text (words and spaces)."""
+    raw = _b64decode(value)
+    if not raw or len(raw) < 16:
+        return False
+    decoded = raw.decode("latin-1")
+    letters = sum(c.isalpha() or c == " " for c in decoded)
+    return (
+        decoded.isascii()
+        and decoded.isprintable()
+        and decoded.count(" ") >= 2
+        and letters >= 0.8 * len(decoded)
+    )
+
+
+def _looks_random(value: str) -> bool:
+    """True for a token that reads as random data rather than words, identifiers or hashes."""
+    if len(value) < 32 or _HEXISH_RE.fullmatch(value):
+        return False
+    has_lower = any("a" <= c <= "z" for c in value)
+    has_upper = any("A" <= c <= "Z" for c in value)
+    has_digit = any(_is_digit(c) for c in value)
+    if has_lower + has_upper + has_digit < 2 or _entropy(value) < _MIN_ENTROPY:
+        return False
+    parts = re.split(r"[-_+]", value)
+    if all(_SIMPLE_PART_RE.fullmatch(p) for p in parts):
+        return False  # test-8000Hz-le-3ch, climate-64f99dc2a5067f6b65531bab
+    if has_lower and has_upper:
+        # Random data switches case every other character and has no long words.
+        if _avg_piece(value) >= _MAX_AVG_PIECE or _transitions(value) < _MIN_TRANSITIONS:
+            return False
+    else:
+        # One case and digits: random data has few vowels and is not snake_case or kebab-case.
+        if len(parts) > 2:
+            return False
+        letters = [c for c in value.lower() if "a" <= c <= "z"]
+        if sum(c in "aeiou" for c in letters) >= 0.3 * len(letters):
+            return False
+        if sum(len(p) for p in parts if len(p) >= 3 and p.isalpha()) >= 0.5 * len(value):
+            return False
+    sequential = sum(ord(b) - ord(a) == 1 for a, b in zip(value, value[1:], strict=False))
+    if sequential > 0.3 * len(value):
+        return False  # ABCDEFGHIJ...
+    return not _base64_prose(value)
+
+
+def _entropy_candidates(text: str, low: str) -> Iterator[_Cand]:
+    for m in _TOKEN_RE.finditer(text):
+        start = m.start()
+        token = m.group().rstrip("=")
+        end = start + len(token)
+        if token.startswith(_IMAGE_MAGIC) or _SRI_RE.match(token):
+            continue
+        if _HASH_CONTEXT_RE.search(text, max(0, start - 40), start):
+            continue
+        if (
+            len(token) == 40
+            and _AWS_SECRET_RE.fullmatch(token)
+            and _mixed_case(token)
+            and _not_filler(token)
+            and _AWS_NEAR_RE.search(text, max(0, start - 300), min(len(text), end + 300))
+        ):
+            yield start, end, "aws-secret-access-key"
+            continue
+        pieces = [(start, token)]
+        if "/" in token:
+            parts = token.split("/")
+            if any(len(p) >= 3 and _PATH_WORD_RE.fullmatch(p) for p in parts):
+                # A path or URL: only a random segment of it can be a secret.
+                pieces = []
+                offset = start
+                for part in parts:
+                    pieces.append((offset, part))
+                    offset += len(part) + 1
+        for offset, piece in pieces:
+            if _looks_random(piece):
+                yield offset, offset + len(piece), "high-entropy"
+
+
+# --- resolution ------------------------------------------------------------------------------
+
+_FINDERS: tuple[_Finder, ...] = (
+    *(rule.find for rule in _RULES),
+    _telegram_candidates,
+    _key_tail_candidates,
+    _assignment_candidates,
+    _entropy_candidates,
+)
+_ECHO_MIN = 8
+
+
+def _drop_marker_overlaps(cands: list[_Cand], markers: list[tuple[int, int]]) -> list[_Cand]:
+    """Drop candidates that overlap an existing ``[REDACTED:...]`` marker."""
+    if not markers:
+        return cands
+    cands.sort()
+    kept: list[_Cand] = []
+    j = 0
+    for cand in cands:
+        while j < len(markers) and markers[j][1] <= cand[0]:
+            j += 1
+        if j == len(markers) or markers[j][0] >= cand[1]:
+            kept.append(cand)
+    return kept
+
+
+def _merge(cands: list[_Cand]) -> list[_Cand]:
+    """Merge overlapping candidates; label each union by its most specific member."""
+    cands.sort(key=lambda c: (c[0], -c[1]))
+    merged: list[tuple[int, int, str, tuple[int, int, int, int]]] = []
+    for s, e, kind in cands:
+        rank = (_TIER[kind], s, s - e, _ORDER[kind])
+        if merged and s < merged[-1][1]:
+            ms, me, mkind, mrank = merged[-1]
+            if rank < mrank:
+                mkind, mrank = kind, rank
+            merged[-1] = (ms, max(me, e), mkind, mrank)
+        else:
+            merged.append((s, e, kind, rank))
+    return [(s, e, kind) for s, e, kind, _ in merged]
+
+
+def _echo_eligible(secret: str) -> bool:
+    # Letters-only values could be ordinary words elsewhere in the text.
+    return (
+        len(secret) >= _ECHO_MIN
+        and any(c.isalpha() for c in secret)
+        and not secret.isalpha()
+        and _classes(secret) >= 2
+    )
+
+
+def _lower(text: str) -> str:
+    low = text.lower()
+    if len(low) != len(text):
+        # U+0130 lower-cases to two characters; keep offsets aligned by lowering ASCII only.
+        low = text.translate(_ASCII_LOWER)
+    return low
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _spans(text: str) -> list[_Cand]:
+    """Return the (start, end, kind) spans that :func:`redact` replaces, in order."""
+    low = _lower(text)
+    markers = [m.span() for m in _MARKER_RE.finditer(text)]
+    cands: list[_Cand] = []
+    for finder in _FINDERS:
+        cands.extend(finder(text, low))
+    cands = _drop_marker_overlaps(cands, markers)
+    if not cands:
+        return []
+    spans = _merge(cands)
+    secrets: dict[str, str] = {}
+    for s, e, kind in spans:
+        if _echo_eligible(text[s:e]):
+            secrets.setdefault(text[s:e], kind)
+    if secrets:
+        # Longest first, so that a secret containing another one is replaced whole.
+        ordered = sorted(secrets, key=len, reverse=True)[:500]
+        echo_re = re.compile("|".join(map(re.escape, ordered)))
+        echoes = [(m.start(), m.end(), secrets[m.group()]) for m in echo_re.finditer(text)]
+        spans = _merge(_drop_marker_overlaps(cands + echoes, markers))
+    return spans
+
+
+def redact(text: str) -> Redaction:
+    """Replace every secret in a text by ``[REDACTED:<kind>]``.
+
+    Parameters
+    ----------
+    text:
+        Any text: source code, notebook cells and outputs, markdown, configuration, logs.
+
+    Returns
+    -------
+    Redaction
+        The redacted text and the number of replacements per kind (see :data:`KINDS`).
+        Only the secret is replaced: key names, URL users and hosts, header names stay.
+
+    Raises
+    ------
+    TypeError
+        If text is not a ``str``.
+
+    Notes
+    -----
+    Vendor rules run first, then structural ones (URL passwords, Authorization headers,
+    password/token assignments), then a generic high-entropy rule. Overlapping detections are
+    merged into one replacement labelled by the most specific rule. Every other verbatim
+    occurrence of a detected secret is replaced too. Redacting redacted text changes nothing.
+
+    Examples
+    --------
+    >>> redact("postgres://admin:hunter2pass@db.internal:5432/app").text
+    'postgres://admin:[REDACTED:url-password]@db.internal:5432/app'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"redact() expects str, got {type(text).__name__}")
+    spans = _spans(text)
+    if not spans:
+        return Redaction(text, {})
+    out: list[str] = []
+    counts: dict[str, int] = {}
+    pos = 0
+    for s, e, kind in spans:
+        out.append(text[pos:s])
+        out.append(f"[REDACTED:{kind}]")
+        counts[kind] = counts.get(kind, 0) + 1
+        pos = e
+    out.append(text[pos:])
+    return Redaction("".join(out), counts)

@@ -1,0 +1,104 @@
+"""Plain dataclasses for what the store holds (:class:`Item`) and what a search returns (:class:`Hit`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+ITEM_COLUMNS = (
+    "id, namespace, kind, source, text, heading, cell_id, cell_index, line_start, line_end, "
+    "tags, importance, pinned, access_count, retrieval_count, created_at, updated_at, deleted_at"
+)
+
+
+@dataclass
+class Item:
+    """One stored chunk or remembered memory."""
+
+    id: int
+    namespace: str
+    kind: str
+    source: str | None
+    text: str
+    heading: str = ""
+    cell_id: str | None = None
+    cell_index: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    tags: list[str] = field(default_factory=list)
+    importance: float = 0.5
+    pinned: bool = False
+    access_count: int = 0
+    retrieval_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    deleted_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Item:
+        (id_, ns, kind, source, text, heading, cell_id, cell_index, ls, le, tags, imp, pinned,
+         acc, ret, created, updated, deleted) = row
+        return cls(int(id_), ns, kind, source, text, heading or "", cell_id, cell_index, ls, le,
+                   list(tags or []), float(imp), bool(pinned), int(acc), int(ret), created,
+                   updated, deleted)
+
+    @property
+    def location(self) -> str:
+        """``path:12-30``, ``notebook.ipynb#cell 4``, or ``(remembered)``."""
+        return location(self.source, self.cell_index, self.line_start, self.line_end)
+
+
+def location(
+    source: str | None, cell_index: int | None, line_start: int | None, line_end: int | None
+) -> str:
+    if source is None:
+        return "(remembered)"
+    if cell_index is not None:
+        return f"{source}#cell {cell_index}"
+    if line_start is not None:
+        return f"{source}:{line_start}" + (f"-{line_end}" if line_end and line_end != line_start else "")
+    return source
+
+
+@dataclass
+class Hit:
+    """One search result.
+
+    ``ranks`` maps each retriever (``"bm25"``, ``"vector"``) to the 1-based rank it gave this
+    item, absent when that retriever did not return it; ``retriever_scores`` holds the raw
+    scores (BM25 score, cosine similarity).
+    """
+
+    id: int
+    score: float
+    text: str
+    snippet: str
+    source: str | None
+    kind: str
+    namespace: str
+    heading: str = ""
+    cell_id: str | None = None
+    cell_index: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    tags: list[str] = field(default_factory=list)
+    importance: float = 0.5
+    updated_at: datetime | None = None
+    ranks: dict[str, int] = field(default_factory=dict)
+    retriever_scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def found_by(self) -> list[str]:
+        return sorted(self.ranks)
+
+    @property
+    def location(self) -> str:
+        return location(self.source, self.cell_index, self.line_start, self.line_end)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
+        data["location"] = self.location
+        data["found_by"] = self.found_by
+        return data

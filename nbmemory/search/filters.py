@@ -1,0 +1,97 @@
+"""Search filters, turned into one SQL condition on the chunks table (alias ``c``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from nbmemory.errors import ConfigError
+
+KINDS = ("markdown", "notebook", "code", "text", "memory")
+_RELATIVE = re.compile(r"^\s*(\d+)\s*([mhdwy])\s*$")
+_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1),
+          "w": timedelta(weeks=1), "y": timedelta(days=365)}
+
+
+def parse_when(value: str | datetime | None, now: datetime | None = None) -> datetime | None:
+    """``"30d"``, ``"12h"``, ``"2w"`` (that long ago), an ISO date/time, or a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    match = _RELATIVE.match(value)
+    if match:
+        base = now or datetime.utcnow()
+        return base - int(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(
+            f"date {value!r} not understood: use an ISO date like 2026-01-31 or an age like 30d, 12h, 2w"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a search is restricted to. Empty fields restrict nothing.
+
+    Parameters
+    ----------
+    namespace:
+        One namespace; ``None`` searches all of them.
+    kinds:
+        Any of ``markdown``, ``notebook``, ``code``, ``text``, ``memory`` (remembered items).
+    path:
+        A glob on the source path, e.g. ``"*/ops/*.md"``.
+    tags:
+        Items must carry every one of these tags.
+    since, until:
+        Range on the item's last update time.
+    """
+
+    namespace: str | None = None
+    kinds: tuple[str, ...] = ()
+    path: str | None = None
+    tags: tuple[str, ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    ids: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for kind in self.kinds:
+            if kind not in KINDS:
+                raise ConfigError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+
+    @property
+    def empty(self) -> bool:
+        return self.sql()[0] == "TRUE"
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """SQL condition on alias ``c`` and its parameters."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if self.namespace is not None:
+            parts.append("c.namespace = ?")
+            params.append(self.namespace)
+        if self.kinds:
+            ors = []
+            for kind in self.kinds:
+                ors.append("(c.kind = ? OR starts_with(c.kind, ?))")
+                params += [kind, kind + "-"]
+            parts.append("(" + " OR ".join(ors) + ")")
+        if self.path:
+            parts.append("c.source GLOB ?")
+            params.append(self.path)
+        if self.tags:
+            parts.append("list_has_all(c.tags, ?::VARCHAR[])")
+            params.append(list(self.tags))
+        if self.since is not None:
+            parts.append("c.updated_at >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            parts.append("c.updated_at <= ?")
+            params.append(self.until)
+        if self.ids:
+            parts.append("c.id IN (SELECT unnest(?::BIGINT[]))")
+            params.append(list(self.ids))
+        return (" AND ".join(parts) if parts else "TRUE"), params

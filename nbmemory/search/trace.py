@@ -1,0 +1,71 @@
+"""A record of what each search stage did, for ``explain``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Stage:
+    """One named step: its output ranking (ids best first), time taken and notes."""
+
+    name: str
+    output: list[int] = field(default_factory=list)
+    scores: dict[int, float] = field(default_factory=dict)
+    ms: float = 0.0
+    notes: dict[str, Any] = field(default_factory=dict)
+    detail: dict[int, str] = field(default_factory=dict)
+    compare_to: str | None = None
+
+
+@dataclass
+class Trace:
+    """Every stage of one search, in order."""
+
+    query: str
+    stages: list[Stage] = field(default_factory=list)
+
+    def add(self, stage: Stage) -> Stage:
+        self.stages.append(stage)
+        return stage
+
+    def stage(self, name: str) -> Stage | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    @property
+    def total_ms(self) -> float:
+        return sum(s.ms for s in self.stages)
+
+    def explain(self, top: int = 10) -> str:
+        """Stage by stage: what came out, in what order, and what moved."""
+        lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms)"]
+        for stage in self.stages:
+            base = self.stage(stage.compare_to) if stage.compare_to else None
+            previous = base.output if base is not None else None
+            notes = ", ".join(f"{k}={v}" for k, v in stage.notes.items())
+            lines.append(f"[{stage.name}] {stage.ms:.1f} ms, {len(stage.output)} out" + (f"; {notes}" if notes else ""))
+            for rank, item in enumerate(stage.output[:top], start=1):
+                move = ""
+                if previous is not None:
+                    if item in previous:
+                        before = previous.index(item) + 1
+                        if before != rank:
+                            move = f"  (was {before})"
+                    else:
+                        move = "  (new)"
+                score = stage.scores.get(item)
+                shown = f" score={score:.4f}" if score is not None else ""
+                extra = f"  [{stage.detail[item]}]" if item in stage.detail else ""
+                lines.append(f"    {rank:>3}. #{item}{shown}{extra}{move}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "stages": [
+                {"name": s.name, "ms": round(s.ms, 3), "output": s.output[:100],
+                 "scores": {str(k): v for k, v in list(s.scores.items())[:100]}, "notes": s.notes}
+                for s in self.stages
+            ],
+        }

@@ -1,0 +1,136 @@
+"""Writing chunk rows: inserts with pre-allocated ids, deletes of derived data."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from nbmemory.store import fts, vectors
+from nbmemory.store.db import Database
+
+
+def content_hash(heading: str, text: str) -> str:
+    return hashlib.sha256(f"{heading}\x00{text}".encode()).hexdigest()[:32]
+
+
+def embedding_text(heading: str, text: str) -> str:
+    """What the embedder sees: the heading path as context, then the text."""
+    return f"{heading}\n{text}" if heading else text
+
+
+@dataclass
+class NewChunk:
+    """A chunk row about to be inserted."""
+
+    namespace: str
+    kind: str
+    text: str
+    heading: str = ""
+    source: str | None = None
+    doc_id: int | None = None
+    ordinal: int = 0
+    cell_id: str | None = None
+    cell_index: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    tags: list[str] = field(default_factory=list)
+    importance: float = 0.5
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.heading, self.text)
+
+
+def allocate(db: Database, sequence: str, n: int) -> list[int]:
+    if n == 0:
+        return []
+    return [int(r[0]) for r in db.fetchall(f"SELECT nextval('{sequence}') FROM range(?)", [n])]
+
+
+def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) -> list[int]:
+    """Insert chunks, their vectors and their FTS delta postings (caller holds a transaction)."""
+    if not rows:
+        return []
+    import pyarrow as pa
+
+    ids = allocate(db, "chunk_ids", len(rows))
+    seqs = allocate(db, "chunk_seq", len(rows))
+    cols: dict[str, list[Any]] = {
+        "id": ids, "doc_id": [r.doc_id for r in rows], "namespace": [r.namespace for r in rows],
+        "kind": [r.kind for r in rows], "source": [r.source for r in rows],
+        "ordinal": [r.ordinal for r in rows], "text": [r.text for r in rows],
+        "heading": [r.heading for r in rows], "cell_id": [r.cell_id for r in rows],
+        "cell_index": [r.cell_index for r in rows], "line_start": [r.line_start for r in rows],
+        "line_end": [r.line_end for r in rows], "content_hash": [r.hash for r in rows],
+        "tags": [list(r.tags) for r in rows], "importance": [float(r.importance) for r in rows],
+        "seq": seqs,
+    }
+    table = pa.table(
+        cols,
+        schema=pa.schema([
+            ("id", pa.int64()), ("doc_id", pa.int64()), ("namespace", pa.string()),
+            ("kind", pa.string()), ("source", pa.string()), ("ordinal", pa.int32()),
+            ("text", pa.string()), ("heading", pa.string()), ("cell_id", pa.string()),
+            ("cell_index", pa.int32()), ("line_start", pa.int32()), ("line_end", pa.int32()),
+            ("content_hash", pa.string()), ("tags", pa.list_(pa.string())),
+            ("importance", pa.float64()), ("seq", pa.int64()),
+        ]),
+    )
+    with db.lock:
+        db.con.register("_nbm_new_chunks", table)
+        try:
+            db.con.execute(
+                """
+                INSERT INTO chunks (id, doc_id, namespace, kind, source, ordinal, text, heading,
+                    cell_id, cell_index, line_start, line_end, content_hash, tags, importance,
+                    created_at, updated_at, seq)
+                SELECT id, doc_id, namespace, kind, source, ordinal, text, heading, cell_id,
+                    cell_index, line_start, line_end, content_hash, tags, importance, ?, ?, seq
+                FROM _nbm_new_chunks
+                """,
+                [now, now],
+            )
+        finally:
+            db.con.unregister("_nbm_new_chunks")
+    vectors.put(db, ids, vecs)
+    fts.add_delta(db, ids)
+    return ids
+
+
+def purge(db: Database, chunk_ids: list[int]) -> None:
+    """Hard-delete chunks (replaced file content) with their vectors, postings and links."""
+    if not chunk_ids:
+        return
+    for table, column in (
+        ("vectors", "chunk_id"), ("fts_delta", "chunk_id"), ("fts_delta_docs", "chunk_id"),
+        ("links", "src"), ("links", "dst"), ("chunks", "id"),
+    ):
+        db.execute(
+            f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
+        )
+
+
+def soft_delete(db: Database, chunk_ids: list[int], reason: str, now: datetime) -> int:
+    """Mark chunks forgotten and drop their derived search data; the text row is kept."""
+    if not chunk_ids:
+        return 0
+    live = [
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
+            [chunk_ids],
+        )
+    ]
+    if not live:
+        return 0
+    db.execute(
+        "UPDATE chunks SET deleted_at = ?, deleted_reason = ? WHERE id IN (SELECT unnest(?::BIGINT[]))",
+        [now, reason, live],
+    )
+    for table in ("vectors", "fts_delta", "fts_delta_docs"):
+        db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [live])
+    return len(live)

@@ -1,0 +1,177 @@
+"""The DuckDB file: opening it safely, migrations, metadata."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from nbmemory.errors import StoreError, StoreLockedError
+from nbmemory.store.extensions import load_extensions
+from nbmemory.store.migrations import MIGRATIONS, SCHEMA_VERSION
+
+CATALOG = "mem"
+_LOCK_RE = re.compile(r"Conflicting lock|Could not set lock|lock on file", re.IGNORECASE)
+
+
+def utcnow() -> datetime:
+    """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Database:
+    """One open memory file.
+
+    The file is ATTACHed to an in-memory connection after the extensions are loaded, so a
+    write-ahead log that holds HNSW changes replays with ``vss`` present (DESIGN.md, note 2).
+
+    Parameters
+    ----------
+    path:
+        The DuckDB file; its folder is created if missing. ``":memory:"`` keeps nothing.
+    read_only:
+        Open without write access (still takes DuckDB's file lock).
+    """
+
+    def __init__(self, path: Path | str, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self.lock = threading.RLock()
+        if self.path != ":memory:":
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        self.con = duckdb.connect(":memory:")
+        try:
+            load_extensions(self.con)
+            mode = " (READ_ONLY)" if read_only else ""
+            target = self.path.replace("'", "''")
+            if self.path == ":memory:":
+                self.con.execute(f"ATTACH ':memory:' AS {CATALOG}")
+            else:
+                self.con.execute(f"ATTACH '{target}' AS {CATALOG}{mode}")
+            self.con.execute(f"USE {CATALOG}")
+            self.con.execute("SET enable_progress_bar = false")
+        except duckdb.Error as exc:
+            self.con.close()
+            if _LOCK_RE.search(str(exc)):
+                raise StoreLockedError(
+                    f"memory file {self.path} is in use by another process. Close the other "
+                    "nbmemory session (kernel, CLI or Jupyter server) or use a different "
+                    "NBMEMORY_HOME."
+                ) from None
+            raise StoreError(f"cannot open memory file {self.path}: {exc}") from exc
+        if not read_only:
+            self.migrate()
+
+    # -- basics --------------------------------------------------------------------------
+    def execute(self, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
+        with self.lock:
+            return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+
+    def fetchall(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with self.lock:
+            return self.execute(sql, params).fetchall()
+
+    def fetchone(self, sql: str, params: Any = None) -> tuple[Any, ...] | None:
+        with self.lock:
+            return self.execute(sql, params).fetchone()
+
+    def scalar(self, sql: str, params: Any = None) -> Any:
+        row = self.fetchone(sql, params)
+        return None if row is None else row[0]
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """BEGIN/COMMIT around the block; ROLLBACK (and re-raise) on any error."""
+        with self.lock:
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                yield self.con
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+            else:
+                self.con.execute("COMMIT")
+
+    def close(self) -> None:
+        with self.lock:
+            try:
+                if not self.read_only:
+                    self.con.execute("CHECKPOINT")
+            except duckdb.Error:
+                pass
+            self.con.close()
+
+    # -- metadata --------------------------------------------------------------------------
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        if not self.table_exists("meta"):
+            return default
+        row = self.fetchone("SELECT value FROM meta WHERE key = ?", [key])
+        return default if row is None else row[0]
+
+    def set_meta(self, key: str, value: str | int | float) -> None:
+        self.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [key, str(value)],
+        )
+
+    def table_exists(self, name: str, schema: str = "main") -> bool:
+        return bool(
+            self.scalar(
+                "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND "
+                "schema_name = ? AND table_name = ?",
+                [CATALOG, schema, name],
+            )
+        )
+
+    def index_exists(self, name: str) -> bool:
+        return bool(
+            self.scalar(
+                "SELECT count(*) FROM duckdb_indexes() WHERE database_name = ? AND index_name = ?",
+                [CATALOG, name],
+            )
+        )
+
+    # -- migrations ------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        if not self.table_exists("migrations"):
+            return 0
+        return int(self.scalar("SELECT coalesce(max(version), 0) FROM migrations"))
+
+    def migrate(self) -> list[str]:
+        """Apply every migration newer than the file's version, each in its own transaction."""
+        with self.lock:
+            self.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+            )
+            self.execute(
+                "CREATE TABLE IF NOT EXISTS migrations "
+                "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP)"
+            )
+            current = self.schema_version()
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"memory file {self.path} has schema version {current}, newer than this "
+                    f"nbmemory understands ({SCHEMA_VERSION}): upgrade nbmemory"
+                )
+            applied = []
+            for version, name, fn in MIGRATIONS:
+                if version <= current:
+                    continue
+                with self.transaction() as con:
+                    fn(con)
+                    con.execute(
+                        "INSERT INTO migrations VALUES (?, ?, ?)", [version, name, utcnow()]
+                    )
+                    con.execute(
+                        "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) "
+                        "DO UPDATE SET value = excluded.value",
+                        [str(version)],
+                    )
+                applied.append(name)
+            return applied

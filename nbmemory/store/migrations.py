@@ -1,0 +1,92 @@
+"""Numbered, named schema migrations, applied in order and recorded in the file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+
+LINK_TYPES = ("similar", "related", "contradicts", "extends", "supersedes", "caused_by", "temporal")
+
+
+def m001_create_tables(con: duckdb.DuckDBPyConnection) -> None:
+    link_types = ", ".join(f"'{t}'" for t in LINK_TYPES)
+    con.execute(
+        f"""
+        CREATE SEQUENCE doc_ids START 1;
+        CREATE SEQUENCE chunk_ids START 1;
+        CREATE SEQUENCE chunk_seq START 1;
+        CREATE SEQUENCE link_ids START 1;
+        CREATE SEQUENCE search_ids START 1;
+        CREATE TABLE documents (
+            id BIGINT PRIMARY KEY,
+            namespace VARCHAR NOT NULL,
+            path VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            content_hash VARCHAR NOT NULL,
+            mtime DOUBLE,
+            size BIGINT,
+            indexed_at TIMESTAMP NOT NULL,
+            forgotten_at TIMESTAMP,
+            UNIQUE (namespace, path)
+        );
+        CREATE TABLE chunks (
+            id BIGINT PRIMARY KEY,
+            doc_id BIGINT,
+            namespace VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            source VARCHAR,
+            ordinal INTEGER NOT NULL DEFAULT 0,
+            text VARCHAR NOT NULL,
+            heading VARCHAR NOT NULL DEFAULT '',
+            cell_id VARCHAR,
+            cell_index INTEGER,
+            line_start INTEGER,
+            line_end INTEGER,
+            content_hash VARCHAR NOT NULL,
+            tags VARCHAR[] NOT NULL DEFAULT [],
+            importance DOUBLE NOT NULL DEFAULT 0.5,
+            pinned BOOLEAN NOT NULL DEFAULT false,
+            access_count BIGINT NOT NULL DEFAULT 0,
+            retrieval_count BIGINT NOT NULL DEFAULT 0,
+            last_accessed_at TIMESTAMP,
+            last_retrieved_at TIMESTAMP,
+            created_at TIMESTAMP NOT NULL,
+            updated_at TIMESTAMP NOT NULL,
+            deleted_at TIMESTAMP,
+            deleted_reason VARCHAR,
+            seq BIGINT NOT NULL
+        );
+        CREATE TABLE links (
+            id BIGINT PRIMARY KEY,
+            src BIGINT NOT NULL,
+            dst BIGINT NOT NULL,
+            type VARCHAR NOT NULL CHECK (type IN ({link_types})),
+            note VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            UNIQUE (src, dst, type)
+        );
+        CREATE TABLE search_log (
+            id BIGINT PRIMARY KEY,
+            searched_at TIMESTAMP NOT NULL,
+            query VARCHAR NOT NULL,
+            filters VARCHAR,
+            k INTEGER,
+            hit_ids BIGINT[],
+            latency_ms DOUBLE
+        );
+        -- Postings of chunks written since the last FTS build, so search is never stale.
+        CREATE TABLE fts_delta (chunk_id BIGINT NOT NULL, field TINYINT NOT NULL,
+                                term VARCHAR NOT NULL, tf INTEGER NOT NULL);
+        CREATE TABLE fts_delta_docs (chunk_id BIGINT PRIMARY KEY, len INTEGER NOT NULL);
+        """
+    )
+
+
+MIGRATIONS: list[tuple[int, str, Migration]] = [
+    (1, "m001_create_tables", m001_create_tables),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -1,0 +1,160 @@
+"""Vectors and their HNSW index.
+
+The ``vectors`` table is the only copy of the embeddings; the HNSW index over it is derived data
+that :func:`rebuild_index` can drop and recreate at any time (DESIGN.md, note 2). HNSW applies a
+``WHERE`` after its top-k (note 3), so filtered searches either scan the matching rows exactly or
+over-fetch and fall back to the exact scan when too few survive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nbmemory.store.db import Database
+
+INDEX_NAME = "vectors_hnsw"
+# Below this many candidate rows an exact scan is cheaper than HNSW plus filtering.
+EXACT_SCAN_MAX_ROWS = 4000
+HNSW_OPTIONS = "metric = 'cosine', M = 16, ef_construction = 128"
+
+
+@dataclass
+class VectorPlan:
+    """How one vector search ran: recorded into the search trace."""
+
+    method: str  # "hnsw", "hnsw+filter", "exact", "hnsw->exact"
+    fetched: int = 0
+    matching_rows: int | None = None
+
+
+def ensure_table(db: Database, dim: int) -> None:
+    db.execute(f"CREATE TABLE IF NOT EXISTS vectors (chunk_id BIGINT PRIMARY KEY, vec FLOAT[{dim}])")
+
+
+def table_dim(db: Database) -> int | None:
+    if not db.table_exists("vectors"):
+        return None
+    row = db.fetchone(
+        "SELECT data_type FROM duckdb_columns() WHERE database_name = 'mem' AND "
+        "table_name = 'vectors' AND column_name = 'vec'"
+    )
+    if row is None:
+        return None
+    return int(str(row[0]).split("[")[-1].rstrip("]"))
+
+
+def index_exists(db: Database) -> bool:
+    return db.index_exists(INDEX_NAME)
+
+
+def drop_index(db: Database) -> None:
+    db.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+
+
+def create_index(db: Database) -> None:
+    db.execute(f"CREATE INDEX IF NOT EXISTS {INDEX_NAME} ON vectors USING HNSW (vec) WITH ({HNSW_OPTIONS})")
+
+
+def rebuild_index(db: Database) -> None:
+    """Drop and recreate the HNSW index from the stored vectors (also removes dead entries)."""
+    with db.lock:
+        drop_index(db)
+        create_index(db)
+
+
+def compact_index(db: Database) -> None:
+    """Remove entries of deleted rows from the HNSW graph."""
+    if index_exists(db):
+        db.execute(f"PRAGMA hnsw_compact_index('{INDEX_NAME}')")
+
+
+def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
+    """Insert or replace vectors (inside the caller's transaction)."""
+    if not chunk_ids:
+        return
+    import pyarrow as pa
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    dim = vectors.shape[1]
+    table = pa.table(
+        {
+            "chunk_id": pa.array(chunk_ids, type=pa.int64()),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        }
+    )
+    db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
+    with db.lock:
+        db.con.register("_nbm_new_vectors", table)
+        try:
+            db.con.execute("INSERT INTO vectors SELECT chunk_id, vec FROM _nbm_new_vectors")
+        finally:
+            db.con.unregister("_nbm_new_vectors")
+
+
+def get(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
+    rows = db.fetchall(
+        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
+        [chunk_ids],
+    )
+    return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
+
+
+def search(
+    db: Database,
+    query: np.ndarray,
+    limit: int,
+    dim: int,
+    where: str | None = None,
+    params: list[Any] | None = None,
+) -> tuple[list[tuple[int, float]], VectorPlan]:
+    """Top ``limit`` (chunk id, cosine distance) among live chunks matching ``where``.
+
+    ``where`` is a condition on alias ``c`` (chunks); ``None`` means every live chunk.
+    """
+    qv = query.astype(np.float32).tolist()
+    params = params or []
+    live = "c.deleted_at IS NULL" + (f" AND ({where})" if where else "")
+    exact_sql = f"""
+        SELECT v.chunk_id, array_cosine_distance(v.vec, ?::FLOAT[{dim}]) + 0 AS d
+        FROM vectors v JOIN chunks c ON c.id = v.chunk_id
+        WHERE {live} ORDER BY d, v.chunk_id LIMIT ?
+    """
+    if not index_exists(db):
+        rows = db.fetchall(exact_sql, [qv, *params, limit])
+        return [(int(a), float(b)) for a, b in rows], VectorPlan("exact", len(rows))
+
+    total = int(db.scalar("SELECT count(*) FROM vectors"))
+    matching = total
+    if where:
+        matching = int(
+            db.scalar(f"SELECT count(*) FROM chunks c WHERE {live}", params)
+        )
+        if matching <= max(EXACT_SCAN_MAX_ROWS, limit):
+            rows = db.fetchall(exact_sql, [qv, *params, limit])
+            return [(int(a), float(b)) for a, b in rows], VectorPlan("exact", len(rows), matching)
+    if matching == 0:
+        return [], VectorPlan("exact", 0, 0)
+
+    # Over-fetch in proportion to how selective the filter is.
+    fetch = limit if not where else min(total, int(limit * total / matching * 1.5) + 10)
+    with db.lock:
+        db.execute(f"SET hnsw_ef_search = {max(64, fetch)}")
+        rows = db.fetchall(
+            f"""
+            WITH top AS (
+                SELECT chunk_id, array_cosine_distance(vec, ?::FLOAT[{dim}]) AS d
+                FROM vectors ORDER BY d LIMIT ?
+            )
+            SELECT top.chunk_id, top.d FROM top JOIN chunks c ON c.id = top.chunk_id
+            WHERE {live} ORDER BY top.d, top.chunk_id LIMIT ?
+            """,
+            [qv, fetch, *params, limit],
+        )
+    method = "hnsw+filter" if where else "hnsw"
+    if len(rows) < min(limit, matching):
+        rows = db.fetchall(exact_sql, [qv, *params, limit])
+        method = "hnsw->exact"
+    return [(int(a), float(b)) for a, b in rows], VectorPlan(method, fetch, matching)

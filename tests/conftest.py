@@ -1,0 +1,74 @@
+"""Shared fixtures: a real DuckDB file per test, the real bundled model once per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from nbmemory import Memory  # noqa: E402
+from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder  # noqa: E402
+
+
+class CountingEmbedder:
+    """Wraps an embedder and records every text it was asked to embed."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.texts: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name  # type: ignore[attr-defined]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint  # type: ignore[attr-defined]
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim  # type: ignore[attr-defined]
+
+    def embed_documents(self, texts: Sequence[str], progress: object = None) -> np.ndarray:
+        self.texts.extend(texts)
+        return self.inner.embed_documents(texts)  # type: ignore[attr-defined]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing a test does may touch the real ~/.nbmemory.
+    monkeypatch.setenv("NBMEMORY_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture(scope="session")
+def real_embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(device="cpu")
+
+
+@pytest.fixture
+def fake_embedder() -> FakeEmbedder:
+    return FakeEmbedder(dim=32)
+
+
+@pytest.fixture
+def mem(tmp_path: Path, real_embedder: SentenceTransformerEmbedder) -> Iterator[Memory]:
+    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as memory:
+        yield memory
+
+
+@pytest.fixture
+def fake_mem(tmp_path: Path, fake_embedder: FakeEmbedder) -> Iterator[Memory]:
+    with Memory(tmp_path / "f.duckdb", embedder=fake_embedder) as memory:
+        yield memory

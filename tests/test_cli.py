@@ -1,0 +1,83 @@
+"""The command line, run as a user runs it (a real process, a real file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbmemory.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NBMEMORY_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "nbmemory.cli", "-q", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO, input=stdin, timeout=300)
+
+
+def subcommands() -> dict[str, object]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return dict(action.choices)  # type: ignore[attr-defined]
+
+
+def test_every_command_has_help_and_is_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, sub in subcommands().items():
+        assert sub.description, f"{name} has no help text"  # type: ignore[attr-defined]
+        for action in sub._actions:  # type: ignore[attr-defined]
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings} has no help"
+        assert f"nbmemory {name}" in readme, f"README does not document `nbmemory {name}`"
+
+
+@pytest.mark.model
+def test_cli_round_trip(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "deploy.md").write_text("# Deploy\n\n## Staging\n\nDeploys need the VPN on.\n")
+    (notes / "bad.ipynb").write_text("{not json")
+    out = run("index", str(notes), home=home)
+    assert out.returncode == 0, out.stderr
+    assert "bad.ipynb" in out.stderr and "1 skipped" in out.stdout
+
+    out = run("remember", "Staging uses the 10.2 subnet", "--tag", "ops", "--importance", "0.8", home=home)
+    assert out.returncode == 0 and "remembered #" in out.stdout
+    item_id = int(out.stdout.split("#")[1].split()[0])
+
+    out = run("search", "staging subnet", "-k", "3", "--json", home=home)
+    payload = json.loads(out.stdout)
+    top = payload["hits"][0]
+    assert top["id"] == item_id and top["tags"] == ["ops"]
+    assert {"id", "score", "source", "heading", "cell_id", "text", "ranks"} <= set(top)
+    assert set(top["ranks"]) == {"bm25", "vector"}
+
+    out = run("search", "vpn deploys", "--explain", home=home)
+    assert "[bm25]" in out.stdout and "[vector]" in out.stdout and "[rrf]" in out.stdout
+
+    assert run("forget", str(item_id), home=home).returncode == 0
+    out = run("search", "staging subnet", "--json", home=home)
+    assert item_id not in [h["id"] for h in json.loads(out.stdout)["hits"]]
+
+    out = run("stats", "--json", home=home)
+    stats = json.loads(out.stdout)
+    assert stats["items"] >= 1 and stats["forgotten"] == 1
+    out = run("doctor", home=home)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert run("export", str(tmp_path / "x.parquet"), home=home).returncode == 0
+    assert (tmp_path / "x.parquet").exists()
+
+
+def test_cli_errors_are_one_line_messages(tmp_path: Path) -> None:
+    out = run("forget", home=tmp_path / "h")
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: forget needs") and "Traceback" not in out.stderr
+    out = run("get", "12345", home=tmp_path / "h")
+    assert out.returncode == 1 and "no item with id 12345" in out.stderr
