@@ -124,7 +124,10 @@ def scan_markdown(lines: Sequence[str], start: int = 0, text: str | None = None)
             closing = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$", re.M)
             close = closing.search(text, pos) if pos <= len(text) else None
             if close is None:
+                # Unclosed: the block runs to the last non-blank line of the text.
                 end = len(lines) - 1
+                while end > i and not lines[end]:
+                    end -= 1
                 pos = len(text) + 1
             else:
                 end = index.at(close.start())

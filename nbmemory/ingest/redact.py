@@ -351,20 +351,20 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "gitlab-token",
         _rx(
-            r"gl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|oas|agent|ffct)-[A-Za-z0-9_-]{20,255}"
+            r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt|cbt|soat|ft|imt|oas|agent|ffct)-[A-Za-z0-9_-]{20,255}"
             r"(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?(?![A-Za-z0-9_-])"
         ),
         check=_not_filler,
     ),
     _Rule(
         "anthropic-api-key",
-        _rx(r"sk-ant-[a-z]{2,8}[0-9]{2}-[A-Za-z0-9_-]{32,300}(?![A-Za-z0-9_-])"),
+        _rx(r"sk-(?<![A-Za-z0-9_-]sk-)ant-[a-z]{2,8}[0-9]{2}-[A-Za-z0-9_-]{32,300}(?![A-Za-z0-9_-])"),
         check=_not_filler,
     ),
     _Rule(
         "openai-api-key",
         _rx(
-            r"sk-(?!ant-)(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,300}"
+            r"sk-(?<![A-Za-z0-9_-]sk-)(?!ant-)(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,300}"
             r"|[A-Za-z0-9_-]{20,150}T3BlbkFJ[A-Za-z0-9_-]{20,150}"
             r"|[A-Za-z0-9]{48})(?![A-Za-z0-9_-])"
         ),
@@ -373,7 +373,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "slack-token",
         _rx(
-            r"x(?:ox[abposr]-[0-9]{1,20}-[A-Za-z0-9-]{8,250}"
+            r"x(?<![A-Za-z0-9-]x)(?:ox[abposr]-[0-9]{1,20}-[A-Za-z0-9-]{8,250}"
             r"|oxe(?:\.xox[bp])?-[0-9]-[A-Za-z0-9-]{20,250}"
             r"|app-[0-9]-[A-Z0-9]{6,20}-[0-9]{6,20}-[A-Za-z0-9]{20,100})(?![A-Za-z0-9-])"
         ),
@@ -410,7 +410,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "google-oauth-client-secret",
-        _rx(r"GOCSPX-[A-Za-z0-9_-]{24,40}(?![A-Za-z0-9_-])"),
+        _rx(r"GOCSPX-(?<![A-Za-z0-9_-]GOCSPX-)[A-Za-z0-9_-]{24,40}(?![A-Za-z0-9_-])"),
         check=_not_filler,
     ),
     _Rule(
@@ -476,7 +476,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "pypi-token",
-        _rx(r"pypi-Ag[A-Za-z0-9_-]{50,1000}(?![A-Za-z0-9_-])"),
+        _rx(r"pypi-Ag(?<![A-Za-z0-9_-]pypi-Ag)[A-Za-z0-9_-]{50,1000}(?![A-Za-z0-9_-])"),
         check=_not_filler,
     ),
     _Rule(
@@ -533,16 +533,17 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "heroku-api-key",
-        _rx(r"HRKU-[A-Za-z0-9_-]{60}(?![A-Za-z0-9_-])"),
+        _rx(r"HRKU-(?<![A-Za-z0-9_-]HRKU-)[A-Za-z0-9_-]{60}(?![A-Za-z0-9_-])"),
         check=_not_filler,
     ),
     _Rule(
         "jwt",
         _rx(
-            r"eyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}"
+            # The look-behind after the literal keeps the fast literal search and stops a rescan
+            # from every "eyJ" inside a long token.
+            r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}"
             r"\.[A-Za-z0-9_-]{0,8192}(?![A-Za-z0-9_-])"
         ),
-        before=lambda c: c == "" or (c not in _ALNUM and c not in "_-"),
     ),
     _Rule(
         "bearer-token",
@@ -693,13 +694,19 @@ _CODE_START = tuple("$%@*&!|>\\<")
 _CODE_CHARS = frozenset("()[]{}")
 _PATH_RE = _rx(r"~?/|\.\.?/|[A-Za-z]:\\")
 _NAME_WORD_RE = _rx(r"(?i:token|secret|api[_.-]?key|password)")
+# Publishable keys are public by design.
+_PUBLIC_RE = _rx(r"pk_(?:live|test)_")
 
 
 def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
     if not any(n in low for n in _ASSIGN_NEEDS):
         return
+    consumed = 0
     for m in _ASSIGN_RE.finditer(low):
         kw_start, kw_end = m.span("kw")
+        if kw_start < consumed:
+            continue  # inside the value of the previous key: each character is read once
+        consumed = m.end()
         # The key is the identifier that ends with the keyword: DB_PASSWORD, --api-key, x.token.
         key_start = kw_start
         limit = max(0, kw_start - 64)
@@ -724,6 +731,7 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
         vm = _VALUE_RE.match(text, m.end())
         if vm is None:
             continue
+        consumed = vm.end()
         strong = kw.startswith("pass") or kw == "pwd"
         bare = vm.group("bare")
         if bare is None:
@@ -753,7 +761,7 @@ class _BareContext:
 
 
 def _common_ok(value: str, strong: bool) -> bool:
-    if len(value) < (6 if strong else 8) or _is_placeholder(value):
+    if len(value) < (6 if strong else 8) or _is_placeholder(value) or _PUBLIC_RE.match(value):
         return False
     if _PATH_RE.match(value) or "://" in value or "==" in value:
         return False

@@ -29,7 +29,7 @@ def check_invariants(chunks: Sequence[ChunkDraft], max_chars: int, nlines: int |
     """Rules every chunker keeps: size cap, no empty text, no trailing whitespace, ordered lines."""
     prev_end = 0
     for c in chunks:
-        assert c.text.strip(), c
+        assert c.text.strip() and c.text == c.text.rstrip() and not c.text.startswith("\n"), c
         assert len(c.text) <= max_chars, (len(c.text), c)
         assert all(line == line.rstrip() for line in c.text.split("\n")), c
         if nlines is not None:
