@@ -69,6 +69,14 @@ def forget_queries(embedder: Any) -> None:
         cache.clear()
 
 
+def _loadavg() -> list[float] | None:
+    """1/5/15-minute load averages: other work on the machine shows up in every latency."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def machine_info(embedder: Any) -> dict[str, Any]:
     import apsw
     import duckdb
@@ -89,6 +97,7 @@ def machine_info(embedder: Any) -> dict[str, Any]:
         "platform": platform.platform(),
         "model": embedder.name,
         "model_fingerprint": embedder.fingerprint,
+        "loadavg_start": _loadavg(),
     }
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -173,6 +182,7 @@ def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir:
         ref.search(q, k=10)
 
     log(f"[{n}] measuring {len(measured)} queries")
+    out["loadavg_at_search"] = _loadavg()
     nbm_e2e: list[float] = []
     nbm_work: list[float] = []
     nbm_embed: list[float] = []
@@ -397,6 +407,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "search_work_p50_ms<=15": s["nbmemory_search_ms"]["search_work_beyond_embedding"]["p50"] <= 15,
             "e2e_ratio<=0.7": s["e2e_ratio_p50"] <= 0.7,
         }
+    result["machine"]["loadavg_end"] = _loadavg()
     result["wall_s"]["total"] = round(time.perf_counter() - T0, 1)
     text = json.dumps(result, indent=2)
     if not args.no_save:

@@ -515,7 +515,7 @@ class Memory:
         bar.close()
         # The swap is one transaction: a reader sees all old vectors or all new ones.
         with self.db.transaction():
-            self.db.execute(f"DROP INDEX IF EXISTS {vectors.INDEX_NAME}")
+            vectors.drop_index(self.db)
             self.db.execute("DROP TABLE IF EXISTS vectors")
             self.db.execute("ALTER TABLE vectors_new RENAME TO vectors")
             self.db.set_meta("model_fingerprint", embedder.fingerprint)

@@ -818,11 +818,14 @@ def _bare_ok(value: str, strong: bool, ctx: _BareContext, start: int) -> bool:
 
 # --- generic high-entropy tokens -------------------------------------------------------------
 
-_TOKEN_RE = _rx(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,3}(?![A-Za-z0-9+/=_-])")
+# A token ends at a non-token character or after base64 padding.
+_TOKEN_RE = _rx(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}(?:={1,3}|(?![A-Za-z0-9+/=_-]))")
 _HEXISH_RE = _rx(r"[0-9a-fA-F-]+")
 _PIECE_RE = _rx(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+# Parts of a name: word, Word, WORD, CamelCase, hex, number with unit, short code ("8B", "v0").
 _SIMPLE_PART_RE = _rx(
-    r"[A-Za-z][a-z]*[0-9]*|[A-Z]+[0-9]*|[0-9]+[A-Za-z]{0,3}|[0-9a-f]+|[0-9A-F]+|[A-Za-z0-9]{0,8}"
+    r"[A-Za-z][a-z]*[0-9]*|[A-Z]+[0-9]*|(?:[A-Z][a-z]+)+[A-Z0-9]*|[0-9]+[A-Za-z]{0,3}|[0-9a-f]+"
+    r"|[0-9A-F]+|[A-Za-z0-9]{0,8}"
 )
 _PATH_WORD_RE = _rx(r"[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*|[A-Z][a-z]+")
 # What may precede a token that is a labelled hash or inline image data, not a secret.
@@ -838,6 +841,8 @@ _IMAGE_MAGIC = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR", "PHN2Zy", "PD94bWwg", 
 _AWS_NEAR_RE = _rx(r"(?:AKIA|ASIA)[A-Z0-9]{16}|(?<![A-Za-z])(?i:aws)")
 _AWS_SECRET_RE = _rx(r"[A-Za-z0-9/+]{40}")
 
+_SAMPLE = 1024
+_MAX_PATH = 4096
 _MIN_ENTROPY = 4.0
 _MAX_AVG_PIECE = 3.0
 _MIN_TRANSITIONS = 0.3
@@ -888,16 +893,20 @@ def _base64_prose(value: str) -> bool:
 
 def _looks_random(value: str) -> bool:
     """True for a token that reads as random data rather than words, identifiers or hashes."""
-    if len(value) < 32 or _HEXISH_RE.fullmatch(value):
+    if len(value) < 32:
+        return False
+    # The statistics of a long blob are those of its start; keep the work bounded.
+    value = value[:_SAMPLE]
+    if _HEXISH_RE.fullmatch(value):
         return False
     has_lower = any("a" <= c <= "z" for c in value)
     has_upper = any("A" <= c <= "Z" for c in value)
     has_digit = any(_is_digit(c) for c in value)
     if has_lower + has_upper + has_digit < 2 or _entropy(value) < _MIN_ENTROPY:
         return False
-    parts = re.split(r"[-_+]", value)
+    parts = re.split(r"[-_+/]", value)
     if all(_SIMPLE_PART_RE.fullmatch(p) for p in parts):
-        return False  # test-8000Hz-le-3ch, climate-64f99dc2a5067f6b65531bab
+        return False  # test-8000Hz-le-3ch, climate-64f99dc2a5067f6b65531bab, Org/Model-8B-v0
     if has_lower and has_upper:
         # Random data switches case every other character and has no long words.
         if _avg_piece(value) >= _MAX_AVG_PIECE or _transitions(value) < _MIN_TRANSITIONS:
@@ -922,7 +931,7 @@ def _entropy_candidates(text: str, low: str) -> Iterator[_Cand]:
         start = m.start()
         token = m.group().rstrip("=")
         end = start + len(token)
-        if token.startswith(_IMAGE_MAGIC) or _SRI_RE.match(token):
+        if token.startswith(_IMAGE_MAGIC) or _SRI_RE.match(token) or _PUBLIC_RE.match(token):
             continue
         if _HASH_CONTEXT_RE.search(text, max(0, start - 40), start):
             continue
@@ -936,7 +945,7 @@ def _entropy_candidates(text: str, low: str) -> Iterator[_Cand]:
             yield start, end, "aws-secret-access-key"
             continue
         pieces = [(start, token)]
-        if "/" in token:
+        if "/" in token and len(token) <= _MAX_PATH:
             parts = token.split("/")
             if any(len(p) >= 3 and _PATH_WORD_RE.fullmatch(p) for p in parts):
                 # A path or URL: only a random segment of it can be a secret.
@@ -960,6 +969,8 @@ _FINDERS: tuple[_Finder, ...] = (
     _entropy_candidates,
 )
 _ECHO_MIN = 8
+_MAX_PASSES = 8
+_ECHO_MAX = 200
 
 
 def _drop_marker_overlaps(cands: list[_Cand], markers: list[tuple[int, int]]) -> list[_Cand]:
@@ -1030,10 +1041,12 @@ def _spans(text: str) -> list[_Cand]:
         if _echo_eligible(text[s:e]):
             secrets.setdefault(text[s:e], kind)
     if secrets:
-        # Longest first, so that a secret containing another one is replaced whole.
-        ordered = sorted(secrets, key=len, reverse=True)[:500]
-        echo_re = re.compile("|".join(map(re.escape, ordered)))
-        echoes = [(m.start(), m.end(), secrets[m.group()]) for m in echo_re.finditer(text)]
+        echoes: list[_Cand] = []
+        for secret, kind in list(secrets.items())[:_ECHO_MAX]:
+            at = text.find(secret)
+            while at >= 0:
+                echoes.append((at, at + len(secret), kind))
+                at = text.find(secret, at + len(secret))
         spans = _merge(_drop_marker_overlaps(cands + echoes, markers))
     return spans
 
@@ -1071,16 +1084,21 @@ def redact(text: str) -> Redaction:
     """
     if not isinstance(text, str):
         raise TypeError(f"redact() expects str, got {type(text).__name__}")
-    spans = _spans(text)
-    if not spans:
-        return Redaction(text, {})
-    out: list[str] = []
     counts: dict[str, int] = {}
-    pos = 0
-    for s, e, kind in spans:
-        out.append(text[pos:s])
-        out.append(f"[REDACTED:{kind}]")
-        counts[kind] = counts.get(kind, 0) + 1
-        pos = e
-    out.append(text[pos:])
-    return Redaction("".join(out), counts)
+    # Replacing a secret can complete another match next to it (a token glued to a key that is
+    # now a marker): repeat until nothing changes, so that redaction is idempotent. Markers are
+    # never matched again, so every pass shrinks the unredacted text and this ends.
+    for _ in range(_MAX_PASSES):
+        spans = _spans(text)
+        if not spans:
+            break
+        out: list[str] = []
+        pos = 0
+        for s, e, kind in spans:
+            out.append(text[pos:s])
+            out.append(f"[REDACTED:{kind}]")
+            counts[kind] = counts.get(kind, 0) + 1
+            pos = e
+        out.append(text[pos:])
+        text = "".join(out)
+    return Redaction(text, counts)

@@ -19,6 +19,7 @@ from nbmemory.ingest.types import ChunkDraft
 __all__ = [
     "Atom",
     "Piece",
+    "atoms_of",
     "chunk_plain",
     "clean_lines",
     "clean_text",
@@ -34,8 +35,6 @@ _NEWLINES = re.compile(r"\n*")
 _TRAILING_SPACE = re.compile(r"[^\S\n](?=\n|\Z)")
 # A markdown ATX heading paragraph, kept with the paragraph it introduces.
 _HEADING_PARAGRAPH = re.compile(r" {0,3}#{1,6}(?:[ \t][^\n]*)?")
-
-PARAGRAPH_SEP = "\n\n"
 
 
 class Atom(NamedTuple):
@@ -194,7 +193,8 @@ def pack_text(s: str, first_line: int, max_chars: int, headings: bool = False) -
     line = first_line  # line number at offset `counted`
     counted = 0
     while True:
-        pos = _NEWLINES.match(s, pos).end()  # type: ignore[union-attr]
+        skip = _NEWLINES.match(s, pos)  # "\n*" always matches, possibly empty
+        pos = skip.end() if skip else pos
         if pos >= n:
             break
         if n - pos <= max_chars:

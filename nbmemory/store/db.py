@@ -43,6 +43,8 @@ class Database:
         self.path = str(path)
         self.read_only = read_only
         self.lock = threading.RLock()
+        # Derived facts about the file (index state) that only this process can change.
+        self.cache: dict[str, object] = {}
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(":memory:")
@@ -94,6 +96,7 @@ class Database:
                 yield self.con
             except BaseException:
                 self.con.execute("ROLLBACK")
+                self.cache.clear()
                 raise
             else:
                 self.con.execute("COMMIT")

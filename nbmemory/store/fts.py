@@ -17,6 +17,7 @@ frequency counted at ``HEADING_WEIGHT`` (a BM25F-style field weight).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from nbmemory.store.db import Database
@@ -29,12 +30,22 @@ DELTA_REBUILD_MIN = 2000
 DELTA_REBUILD_FRACTION = 0.05
 
 
+def _state(db: Database) -> tuple[bool, int]:
+    # Cached per open file: only this process can write it (DuckDB's file lock), and every
+    # change of the snapshot goes through rebuild(), which resets the cache.
+    state = db.cache.get("fts")
+    if state is None:
+        state = (db.table_exists("dict", schema=FTS_SCHEMA), int(db.get_meta("fts_seq", "0") or 0))
+        db.cache["fts"] = state
+    return state  # type: ignore[no-any-return]
+
+
 def index_exists(db: Database) -> bool:
-    return db.table_exists("dict", schema=FTS_SCHEMA)
+    return _state(db)[0]
 
 
 def watermark(db: Database) -> int:
-    return int(db.get_meta("fts_seq", "0") or 0)
+    return _state(db)[1]
 
 
 def delta_size(db: Database) -> int:
@@ -43,6 +54,7 @@ def delta_size(db: Database) -> int:
 
 def rebuild(db: Database) -> int:
     """Rebuild the snapshot over all chunks and empty the delta; returns the new watermark."""
+    db.cache.pop("fts", None)
     with db.transaction() as con:
         mark = int(con.execute("SELECT coalesce(max(seq), 0) FROM chunks").fetchone()[0])  # type: ignore[index]
         con.execute(
@@ -55,6 +67,7 @@ def rebuild(db: Database) -> int:
             "INSERT INTO meta VALUES ('fts_seq', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [str(mark)],
         )
+    db.cache.pop("fts", None)
     return mark
 
 
@@ -125,6 +138,10 @@ def query_terms(db: Database, query: str) -> list[str]:
     return sorted(r[0] for r in rows if r[0])
 
 
+def _idf(n: float, df: float) -> float:
+    return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+
+
 def search(
     db: Database,
     terms: list[str],
@@ -134,56 +151,79 @@ def search(
 ) -> list[tuple[int, float]]:
     """Top ``limit`` (chunk id, BM25 score) for ``terms`` among chunks matching ``where``.
 
-    ``where`` is a condition on alias ``c`` (the chunks table); filtering is exact because
-    every posting of the query terms is scored before the filter and the limit.
+    ``where`` is a condition on alias ``c`` (the chunks table). Filtering is exact: every
+    posting of the query terms is scored, then filtered, then cut to ``limit``.
+    Two queries: term statistics (document frequencies in the snapshot and the delta, corpus
+    size and mean length), then scoring with the IDFs passed in as parameters.
     """
     if not terms or not index_exists(db):
         return []
-    sql = f"""
+    params = params or []
+    stats = db.fetchall(
+        f"""
         WITH qt AS (SELECT unnest(?::VARCHAR[]) AS term),
-        idx_t AS (SELECT d.termid, d.term, d.df FROM {FTS_SCHEMA}.dict d JOIN qt USING (term)),
-        idx_p AS (
-            SELECT t.docid, it.term,
-                   sum(CASE WHEN t.fieldid = 0 THEN 1.0 ELSE {HEADING_WEIGHT} END) AS tf
-            FROM {FTS_SCHEMA}.terms t JOIN idx_t it ON t.termid = it.termid
-            GROUP BY ALL
-        ),
-        idx AS (
-            SELECT docs.name AS chunk_id, p.term, p.tf, docs.len::DOUBLE AS len, FALSE AS is_delta
-            FROM idx_p p JOIN {FTS_SCHEMA}.docs docs ON docs.docid = p.docid
-        ),
-        dlt AS (
-            SELECT f.chunk_id, f.term,
-                   sum(CASE WHEN f.field = 0 THEN f.tf ELSE {HEADING_WEIGHT} * f.tf END) AS tf,
-                   any_value(dd.len)::DOUBLE AS len, TRUE AS is_delta
-            FROM fts_delta f JOIN qt USING (term) JOIN fts_delta_docs dd USING (chunk_id)
-            GROUP BY f.chunk_id, f.term
-        ),
-        ddf AS (SELECT term, count(DISTINCT chunk_id) AS df FROM dlt GROUP BY term),
-        dstats AS (SELECT count(*) AS n, coalesce(sum(len), 0) AS total FROM fts_delta_docs),
-        stats AS (
-            SELECT coalesce(s.num_docs, 0) + d.n AS n,
-                   greatest((coalesce(s.num_docs, 0) * coalesce(s.avgdl, 0) + d.total)
-                            / greatest(coalesce(s.num_docs, 0) + d.n, 1), 1) AS avgdl
-            FROM dstats d LEFT JOIN {FTS_SCHEMA}.stats s ON TRUE
-        ),
-        df AS (
-            SELECT qt.term, coalesce(idx_t.df, 0) + coalesce(ddf.df, 0) AS df
-            FROM qt LEFT JOIN idx_t USING (term) LEFT JOIN ddf USING (term)
-        ),
-        post AS (SELECT * FROM idx UNION ALL SELECT * FROM dlt),
-        scored AS (
-            SELECT p.chunk_id,
-                   sum(ln((stats.n - df.df + 0.5) / (df.df + 0.5) + 1)
-                       * p.tf * ({K1} + 1)
-                       / (p.tf + {K1} * (1 - {B} + {B} * p.len / stats.avgdl))) AS score
-            FROM post p JOIN df USING (term), stats, chunks c
-            WHERE c.id = p.chunk_id
-              AND (p.is_delta OR c.seq <= ?)
-              AND c.deleted_at IS NULL AND ({where})
-            GROUP BY p.chunk_id
+        ddf AS (SELECT term, count(DISTINCT chunk_id) AS df FROM fts_delta
+                WHERE term IN (SELECT term FROM qt) GROUP BY term),
+        st AS (SELECT coalesce(num_docs, 0) AS n, coalesce(avgdl, 0) AS avgdl FROM {FTS_SCHEMA}.stats),
+        dst AS (SELECT count(*) AS n, coalesce(sum(len), 0) AS total FROM fts_delta_docs)
+        SELECT qt.term, d.termid, coalesce(d.df, 0), coalesce(ddf.df, 0), st.n, st.avgdl, dst.n, dst.total
+        FROM qt LEFT JOIN {FTS_SCHEMA}.dict d USING (term) LEFT JOIN ddf USING (term), st, dst
+        """,
+        [terms],
+    )
+    if not stats:
+        return []
+    _, _, _, _, n_idx, avgdl_idx, n_delta, len_delta = stats[0]
+    n = float(n_idx or 0) + float(n_delta)
+    avgdl = max((float(n_idx or 0) * float(avgdl_idx or 0) + float(len_delta)) / max(n, 1.0), 1.0)
+    idf = {term: _idf(n, float(df_idx) + float(df_delta)) for term, _, df_idx, df_delta, *_ in stats}
+    termids = [int(tid) for _, tid, *_ in stats if tid is not None]
+    id_idf = [idf[term] for term, tid, *_ in stats if tid is not None]
+    delta_terms = [term for term, _, _, df_delta, *_ in stats if df_delta]
+    delta_idf = [idf[t] for t in delta_terms]
+    parts: list[str] = []
+    args: list[Any] = []
+    norm = f"({K1} + 1) / (p.tf + {K1} * (1 - {B} + {B} * p.len / {avgdl!r}))"
+    if termids:
+        parts.append(
+            f"""
+            SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score
+            FROM (
+                SELECT t.docid, t.termid,
+                       sum(CASE WHEN t.fieldid = 0 THEN 1.0 ELSE {HEADING_WEIGHT} END)::DOUBLE AS tf,
+                       any_value(docs.len)::DOUBLE AS len, any_value(docs.name) AS name
+                FROM {FTS_SCHEMA}.terms t JOIN {FTS_SCHEMA}.docs docs USING (docid)
+                WHERE t.termid IN (SELECT unnest(?::BIGINT[]))
+                GROUP BY t.docid, t.termid
+            ) p
+            JOIN (SELECT unnest(?::BIGINT[]) AS termid, unnest(?::DOUBLE[]) AS idf) q USING (termid)
+            JOIN chunks c ON c.id = p.name
+            WHERE c.seq <= ? AND c.deleted_at IS NULL AND ({where})
+            GROUP BY c.id
+            """
         )
-        SELECT chunk_id, score FROM scored ORDER BY score DESC, chunk_id LIMIT ?
-    """
-    args: list[Any] = [terms, watermark(db), *(params or []), limit]
-    return [(int(r[0]), float(r[1])) for r in db.fetchall(sql, args)]
+        args += [termids, termids, id_idf, watermark(db), *params]
+    if delta_terms:
+        parts.append(
+            f"""
+            SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score
+            FROM (
+                SELECT f.chunk_id, f.term,
+                       sum(CASE WHEN f.field = 0 THEN f.tf ELSE {HEADING_WEIGHT} * f.tf END)::DOUBLE AS tf,
+                       any_value(dd.len)::DOUBLE AS len
+                FROM fts_delta f JOIN fts_delta_docs dd USING (chunk_id)
+                WHERE f.term IN (SELECT unnest(?::VARCHAR[]))
+                GROUP BY f.chunk_id, f.term
+            ) p
+            JOIN (SELECT unnest(?::VARCHAR[]) AS term, unnest(?::DOUBLE[]) AS idf) q USING (term)
+            JOIN chunks c ON c.id = p.chunk_id
+            WHERE c.deleted_at IS NULL AND ({where})
+            GROUP BY c.id
+            """
+        )
+        args += [delta_terms, delta_terms, delta_idf, *params]
+    if not parts:
+        return []
+    sql = " UNION ALL ".join(f"({part})" for part in parts) + " ORDER BY score DESC, chunk_id LIMIT ?"
+    rows = db.fetchall(sql, [*args, limit])
+    return [(int(r[0]), float(r[1])) for r in rows]

@@ -47,14 +47,21 @@ def table_dim(db: Database) -> int | None:
 
 
 def index_exists(db: Database) -> bool:
-    return db.index_exists(INDEX_NAME)
+    # Cached: only this process can change the file, and only through the functions below.
+    cached = db.cache.get("hnsw")
+    if cached is None:
+        cached = db.index_exists(INDEX_NAME)
+        db.cache["hnsw"] = cached
+    return bool(cached)
 
 
 def drop_index(db: Database) -> None:
+    db.cache.pop("hnsw", None)
     db.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
 
 
 def create_index(db: Database) -> None:
+    db.cache.pop("hnsw", None)
     db.execute(f"CREATE INDEX IF NOT EXISTS {INDEX_NAME} ON vectors USING HNSW (vec) WITH ({HNSW_OPTIONS})")
 
 

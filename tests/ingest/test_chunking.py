@@ -363,7 +363,9 @@ def md_cell(source: Any, cell_id: str | None = None) -> dict[str, Any]:
     return cell
 
 
-def code_cell(source: Any, outputs: list[dict[str, Any]] | None = None, cell_id: str | None = None) -> dict[str, Any]:
+def code_cell(
+    source: Any, outputs: list[dict[str, Any]] | None = None, cell_id: str | None = None
+) -> dict[str, Any]:
     cell: dict[str, Any] = {
         "cell_type": "code",
         "metadata": {},
@@ -382,7 +384,12 @@ NOTEBOOK_CELLS = [
         "import pandas as pd\nprint('loaded')",
         [
             {"output_type": "stream", "name": "stdout", "text": ["loaded\n", "\x1b[32mgreen ok\x1b[0m\n"]},
-            {"output_type": "execute_result", "execution_count": 1, "metadata": {}, "data": {"text/plain": ["42"]}},
+            {
+                "output_type": "execute_result",
+                "execution_count": 1,
+                "metadata": {},
+                "data": {"text/plain": ["42"]},
+            },
             {
                 "output_type": "display_data",
                 "metadata": {},
@@ -439,7 +446,9 @@ def test_notebook_cells_outputs_and_headings() -> None:
     assert load.text == "import pandas as pd\nprint('loaded')\n# Output:\nloaded\ngreen ok\n42"
     assert clean.heading == "Sales Analysis > Cleaning"
     assert drop.heading == "Sales Analysis > Cleaning"
-    assert drop.text.startswith("df = df.dropna()\nraise ValueError('bad value')\n# Output:\nValueError: bad value")
+    assert drop.text.startswith(
+        "df = df.dropna()\nraise ValueError('bad value')\n# Output:\nValueError: bad value"
+    )
     tail = drop.text.split("ValueError: bad value", 1)[1].strip("\n").split("\n")
     assert len(tail) <= 5 and tail[-1] == "frame line 7"
     everything = "\n".join(c.text + c.heading for c in chunks)
@@ -484,7 +493,11 @@ def test_notebook_long_cells_are_split_keeping_cell_identity() -> None:
 
 
 def test_notebook_markdown_output_and_string_sources() -> None:
-    out = {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": "**bold result**", "text/plain": "<IPython.core.display.Markdown object>"}}
+    out = {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"text/markdown": "**bold result**", "text/plain": "<IPython.core.display.Markdown object>"},
+    }
     (chunk,) = chunk_file("m.ipynb", notebook([code_cell("show()", [out])]))
     assert chunk.text == "show()\n# Output:\n**bold result**"
 
@@ -493,7 +506,10 @@ def test_notebook_widget_output_is_skipped() -> None:
     widget = {
         "output_type": "display_data",
         "metadata": {},
-        "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "abc"}, "text/plain": "IntProgress(value=0)"},
+        "data": {
+            "application/vnd.jupyter.widget-view+json": {"model_id": "abc"},
+            "text/plain": "IntProgress(value=0)",
+        },
     }
     (chunk,) = chunk_file("w.ipynb", notebook([code_cell("bar()", [widget])]))
     assert chunk.text == "bar()"
@@ -516,7 +532,10 @@ def test_notebook_truncated_json_is_bad_file() -> None:
         ({"nbformat": 4, "cells": ["x"]}, "cell 0 is a str"),
         ({"nbformat": 4, "cells": [{"source": "x"}]}, 'cell 0 has no "cell_type"'),
         ({"nbformat": 4, "cells": [{"cell_type": "code", "source": 5}]}, r'cell 0 "source" is a int'),
-        ({"nbformat": 4, "cells": [{"cell_type": "code", "source": "x", "outputs": "no"}]}, '"outputs" is a str'),
+        (
+            {"nbformat": 4, "cells": [{"cell_type": "code", "source": "x", "outputs": "no"}]},
+            '"outputs" is a str',
+        ),
         ({"nbformat": 2, "cells": []}, "unsupported nbformat 2"),
     ],
 )
@@ -537,7 +556,11 @@ def test_notebook_nbformat3_worksheets() -> None:
                         "input": ["a = 1\n", "a"],
                         "outputs": [
                             {"output_type": "pyout", "text": ["1"], "prompt_number": 1},
-                            {"output_type": "display_data", "png": PNG, "text": ["<matplotlib.figure.Figure at 0x10>"]},
+                            {
+                                "output_type": "display_data",
+                                "png": PNG,
+                                "text": ["<matplotlib.figure.Figure at 0x10>"],
+                            },
                         ],
                     },
                 ]
@@ -615,7 +638,13 @@ def test_python_top_level_definitions() -> None:
     check_invariants(chunks, MAX_CHARS, PYTHON.count("\n") + 1)
     assert_each_nonblank_line_once(PYTHON, chunks)
     assert_text_matches_lines(PYTHON, chunks)
-    assert [c.heading for c in chunks] == ["mod.py", "mod.py > add", "mod.py > Store", "mod.py > main", "mod.py"]
+    assert [c.heading for c in chunks] == [
+        "mod.py",
+        "mod.py > add",
+        "mod.py > Store",
+        "mod.py > main",
+        "mod.py",
+    ]
     module, add, store, main, tail = chunks
     assert module.text.startswith('"""Module docstring."""') and module.text.endswith("LIMIT = 10")
     assert add.text.startswith("# Adds two numbers.\n@decorator\n@other(arg=1)\ndef add(a, b):")
@@ -705,10 +734,20 @@ def test_generic_chunker_for_typescript() -> None:
 
 
 def test_generic_chunker_go_and_rust_names() -> None:
-    go = "package main\n\n// Serve runs.\nfunc (s *Server) Serve(addr string) error {\n" + "\treturn nil\n" * 40 + "}\n"
+    go = (
+        "package main\n\n// Serve runs.\nfunc (s *Server) Serve(addr string) error {\n"
+        + "\treturn nil\n" * 40
+        + "}\n"
+    )
     chunks = chunk_code("srv.go", go, 300)
     assert {c.heading for c in chunks} >= {"srv.go > Serve"}
-    rust = "pub fn parse(input: &str) -> u32 {\n" + "    0\n" * 80 + "}\n\nimpl Display for Token {\n" + "    x\n" * 80 + "}\n"
+    rust = (
+        "pub fn parse(input: &str) -> u32 {\n"
+        + "    0\n" * 80
+        + "}\n\nimpl Display for Token {\n"
+        + "    x\n" * 80
+        + "}\n"
+    )
     headings = {c.heading for c in chunk_code("lib.rs", rust, 300)}
     assert "lib.rs > parse" in headings and "lib.rs > Display for Token" in headings
 
@@ -744,7 +783,11 @@ def test_plain_text_giant_paragraph() -> None:
 
 
 def test_chunking_is_deterministic() -> None:
-    for path, data in [("a.md", MARKDOWN.encode()), ("m.py", PYTHON.encode()), ("n.ipynb", notebook(NOTEBOOK_CELLS))]:
+    for path, data in [
+        ("a.md", MARKDOWN.encode()),
+        ("m.py", PYTHON.encode()),
+        ("n.ipynb", notebook(NOTEBOOK_CELLS)),
+    ]:
         assert chunk_file(path, data, 150) == chunk_file(path, data, 150)
 
 
@@ -780,7 +823,9 @@ def markdown_docs(draw: st.DrawFn) -> tuple[str, set[int]]:
             lines.extend(draw(st.lists(LINE, min_size=1, max_size=6)))
         elif block == "fence":
             lines.append("```" + draw(st.sampled_from(["", "python", "sh"])))
-            lines.extend(draw(st.lists(st.one_of(LINE, LINE.map(lambda s: "# " + s), st.just("")), max_size=12)))
+            lines.extend(
+                draw(st.lists(st.one_of(LINE, LINE.map(lambda s: "# " + s), st.just("")), max_size=12))
+            )
             lines.append("```")
         elif block == "list":
             lines.extend("- " + item for item in draw(st.lists(LINE, min_size=1, max_size=5)))
@@ -791,7 +836,7 @@ def markdown_docs(draw: st.DrawFn) -> tuple[str, set[int]]:
     return "\n".join(lines), headings
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=markdown_docs(), max_chars=st.integers(40, 400))
 def test_property_markdown(doc: tuple[str, set[int]], max_chars: int) -> None:
     text, heading_lines = doc
@@ -803,7 +848,7 @@ def test_property_markdown(doc: tuple[str, set[int]], max_chars: int) -> None:
     assert not expected - found
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     paragraphs=st.lists(st.lists(LINE, min_size=1, max_size=8).map("\n".join), max_size=20),
     seps=st.sampled_from(["\n\n", "\n\n\n", "\n \n"]),
@@ -822,7 +867,43 @@ def test_property_plain_text(paragraphs: list[str], seps: str, max_chars: int) -
 
 
 IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
-    lambda s: s not in {"if", "in", "is", "or", "as", "def", "del", "for", "and", "not", "try", "else", "elif", "from", "with", "pass", "class", "while", "async", "await", "break", "raise", "yield", "return", "import", "global", "lambda", "assert", "except", "finally", "continue", "nonlocal"}
+    lambda s: (
+        s
+        not in {
+            "if",
+            "in",
+            "is",
+            "or",
+            "as",
+            "def",
+            "del",
+            "for",
+            "and",
+            "not",
+            "try",
+            "else",
+            "elif",
+            "from",
+            "with",
+            "pass",
+            "class",
+            "while",
+            "async",
+            "await",
+            "break",
+            "raise",
+            "yield",
+            "return",
+            "import",
+            "global",
+            "lambda",
+            "assert",
+            "except",
+            "finally",
+            "continue",
+            "nonlocal",
+        }
+    )
 )
 
 
@@ -856,7 +937,7 @@ def python_modules(draw: st.DrawFn) -> str:
     return "\n".join(out) + "\n"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(source=python_modules(), max_chars=st.integers(40, 400))
 def test_property_python_lines_covered_exactly_once(source: str, max_chars: int) -> None:
     chunks = chunk_code("gen.py", source, max_chars)
