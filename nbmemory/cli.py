@@ -57,8 +57,14 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _filters(args: argparse.Namespace) -> dict[str, Any]:
-    return {"namespace": args.ns, "kind": args.kind or None, "path": args.path,
-            "tags": args.tag or (), "since": args.since, "until": args.until}
+    return {
+        "namespace": args.ns,
+        "kind": args.kind or None,
+        "path": args.path,
+        "tags": args.tag or (),
+        "since": args.since,
+        "until": args.until,
+    }
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -86,7 +92,9 @@ def cmd_remember(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     with _memory(args) as mem:
         item = mem.remember(text, tags=args.tag or (), importance=args.importance, namespace=args.ns)
-    print(f"remembered #{item.id} in namespace {item.namespace!r}" + (f" tags={item.tags}" if item.tags else ""))
+    print(
+        f"remembered #{item.id} in namespace {item.namespace!r}" + (f" tags={item.tags}" if item.tags else "")
+    )
     if item.text != text.strip():
         print("note: secrets were redacted before storing", file=sys.stderr)
     return 0
@@ -124,8 +132,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_update(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
-        item = mem.update(args.id, text=args.text, tags=args.tag, importance=args.importance,
-                          pinned=args.pin)
+        item = mem.update(args.id, text=args.text, tags=args.tag, importance=args.importance, pinned=args.pin)
     print(f"updated #{item.id}")
     return 0
 
@@ -191,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbmemory", description=DESCRIPTION)
     parser.add_argument("--home", help="folder of the memory file (default $NBMEMORY_HOME or ~/.nbmemory)")
     parser.add_argument("--db", help="the memory file itself (overrides --home)")
-    parser.add_argument("--model", help="sentence-transformers model name or local folder (default: bundled all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--model", help="sentence-transformers model name or local folder (default: bundled all-MiniLM-L6-v2)"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -202,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def filters(p: argparse.ArgumentParser) -> None:
         p.add_argument("--ns", help="only this namespace (default: all)")
-        p.add_argument("--kind", action="append", choices=["markdown", "notebook", "code", "text", "memory"], help="only this kind (repeatable)")
+        p.add_argument(
+            "--kind",
+            action="append",
+            choices=["markdown", "notebook", "code", "text", "memory"],
+            help="only this kind (repeatable)",
+        )
         p.add_argument("--path", help="only sources matching this glob, e.g. '*/ops/*.md'")
         p.add_argument("--tag", action="append", help="only items with this tag (repeatable: all must match)")
         p.add_argument("--since", help="updated since: ISO date or an age like 30d, 12h")
@@ -249,7 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
 
-    p = add("link", cmd_link, "link two items (similar, related, contradicts, extends, supersedes, caused_by, temporal)")
+    p = add(
+        "link",
+        cmd_link,
+        "link two items (similar, related, contradicts, extends, supersedes, caused_by, temporal)",
+    )
     p.add_argument("src", type=int)
     p.add_argument("dst", type=int)
     p.add_argument("--type", default="related", help="link type (default related)")
@@ -258,7 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("stats", cmd_stats, "counts, sizes, model and index state")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = add("doctor", cmd_doctor, "check integrity (orphans, missing vectors, indexes, model); --repair fixes")
+    p = add(
+        "doctor", cmd_doctor, "check integrity (orphans, missing vectors, indexes, model); --repair fixes"
+    )
     p.add_argument("--repair", action="store_true", help="fix what can be fixed")
 
     p = add("export", cmd_export, "export items to .parquet, .csv or .jsonl")

@@ -54,9 +54,7 @@ class Settings:
     path: Path | None = None
     model: str = field(default_factory=lambda: os.environ.get("NBMEMORY_MODEL") or DEFAULT_MODEL)
     device: str | None = field(default_factory=lambda: os.environ.get("NBMEMORY_DEVICE") or None)
-    namespace: str = field(
-        default_factory=lambda: os.environ.get("NBMEMORY_NAMESPACE") or DEFAULT_NAMESPACE
-    )
+    namespace: str = field(default_factory=lambda: os.environ.get("NBMEMORY_NAMESPACE") or DEFAULT_NAMESPACE)
     max_file_mb: float = field(default_factory=lambda: _env_float("NBMEMORY_MAX_FILE_MB", 10.0))
     rrf_k: int = 60
 
@@ -69,9 +67,7 @@ class Settings:
             raise ConfigError(f"max_file_mb must be greater than 0, got {self.max_file_mb}")
         if self.rrf_k <= 0:
             raise ConfigError(f"rrf_k must be greater than 0, got {self.rrf_k}")
-        if self.device not in (None, "cpu", "cuda", "mps") and not str(self.device).startswith(
-            "cuda:"
-        ):
+        if self.device not in (None, "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
             raise ConfigError(f"device {self.device!r} is not one of cpu, cuda, cuda:N, mps")
 
     @property

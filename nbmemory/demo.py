@@ -15,8 +15,9 @@ def demo_queries() -> list[dict[str, str]]:
     return list(json.loads(path.read_text(encoding="utf-8")))
 
 
-def run_demo(home: str | None = None, db: str | None = None, model: str | None = None,
-             quiet: bool = False) -> int:
+def run_demo(
+    home: str | None = None, db: str | None = None, model: str | None = None, quiet: bool = False
+) -> int:
     """Index :data:`SAMPLE_CORPUS` into ``<home>/demo.duckdb`` and print ranked hits."""
     from nbmemory.cli import print_hits
     from nbmemory.config import Settings
@@ -41,12 +42,15 @@ def run_demo(home: str | None = None, db: str | None = None, model: str | None =
             print_hits(result)
             print(f"   {result.trace.total_ms:.1f} ms")
         print("\n== remember, then search at once")
-        item = mem.remember("The demo printer on floor 3 only accepts jobs over the guest Wi-Fi.",
-                            tags=["office"], namespace="demo")
+        item = mem.remember(
+            "The demo printer on floor 3 only accepts jobs over the guest Wi-Fi.",
+            tags=["office"],
+            namespace="demo",
+        )
         result = mem.search("why can't I print on the third floor", k=3, namespace="demo")
         print_hits(result)
         mem.forget(item.id)
-        print(f"\n== filtered: notebooks only, query 'recall at 10'")
+        print("\n== filtered: notebooks only, query 'recall at 10'")
         print_hits(mem.search("recall at 10", k=3, namespace="demo", kind="notebook"))
         stats = mem.stats()
         print(f"\n== {stats['items']} items in {stats['documents']} documents, {stats['file_mb']} MB")

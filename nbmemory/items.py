@@ -37,11 +37,46 @@ class Item:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Item:
-        (id_, ns, kind, source, text, heading, cell_id, cell_index, ls, le, tags, imp, pinned,
-         acc, ret, created, updated, deleted) = row
-        return cls(int(id_), ns, kind, source, text, heading or "", cell_id, cell_index, ls, le,
-                   list(tags or []), float(imp), bool(pinned), int(acc), int(ret), created,
-                   updated, deleted)
+        (
+            id_,
+            ns,
+            kind,
+            source,
+            text,
+            heading,
+            cell_id,
+            cell_index,
+            ls,
+            le,
+            tags,
+            imp,
+            pinned,
+            acc,
+            ret,
+            created,
+            updated,
+            deleted,
+        ) = row
+        return cls(
+            int(id_),
+            ns,
+            kind,
+            source,
+            text,
+            heading or "",
+            cell_id,
+            cell_index,
+            ls,
+            le,
+            list(tags or []),
+            float(imp),
+            bool(pinned),
+            int(acc),
+            int(ret),
+            created,
+            updated,
+            deleted,
+        )
 
     @property
     def location(self) -> str:
@@ -49,9 +84,7 @@ class Item:
         return location(self.source, self.cell_index, self.line_start, self.line_end)
 
 
-def location(
-    source: str | None, cell_index: int | None, line_start: int | None, line_end: int | None
-) -> str:
+def location(source: str | None, cell_index: int | None, line_start: int | None, line_end: int | None) -> str:
     if source is None:
         return "(remembered)"
     if cell_index is not None:

@@ -151,7 +151,9 @@ class Memory:
                 f"({stored}); the current model is {embedder.name!r} ({embedder.fingerprint})"
             )
             if self.on_model_change == "error":
-                raise ModelMismatchError(message + ": pass on_model_change='reembed' or run `nbmemory doctor --repair`")
+                raise ModelMismatchError(
+                    message + ": pass on_model_change='reembed' or run `nbmemory doctor --repair`"
+                )
             if self.on_model_change == "defer":
                 self._model_checked = True
                 self._model_mismatch = message
@@ -176,8 +178,7 @@ class Memory:
     def _progress_bar(self, total: int, desc: str) -> Any:
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, disable=not self.show_progress, file=sys.stderr,
-                    leave=False)
+        return tqdm(total=total, desc=desc, disable=not self.show_progress, file=sys.stderr, leave=False)
 
     # -- ingest -----------------------------------------------------------------------------
     def index(
@@ -239,8 +240,12 @@ class Memory:
         embedder = self._require_model_match()
         clean = redact(text.strip())
         row = chunk_rows.NewChunk(
-            namespace=namespace or self.settings.namespace, kind="memory", text=clean.text,
-            heading=redact(heading).text, source=source, tags=_clean_tags(tags),
+            namespace=namespace or self.settings.namespace,
+            kind="memory",
+            text=clean.text,
+            heading=redact(heading).text,
+            source=source,
+            tags=_clean_tags(tags),
             importance=importance,
         )
         vec = embedder.embed_documents([chunk_rows.embedding_text(row.heading, row.text)])
@@ -280,9 +285,13 @@ class Memory:
         for start in range(0, len(texts), batch_size):
             rows = [
                 chunk_rows.NewChunk(
-                    namespace=ns, kind="memory", text=redact(texts[i].strip()).text,
+                    namespace=ns,
+                    kind="memory",
+                    text=redact(texts[i].strip()).text,
                     heading=redact(headings[i]).text if headings else "",
-                    source=sources[i] if sources else None, tags=clean_tags, importance=importance,
+                    source=sources[i] if sources else None,
+                    tags=clean_tags,
+                    importance=importance,
                 )
                 for i in range(start, min(start + batch_size, len(texts)))
             ]
@@ -320,13 +329,17 @@ class Memory:
         now = utcnow()
         with self.db.transaction():
             if tags is not None:
-                self.db.execute("UPDATE chunks SET tags = ?, updated_at = ? WHERE id = ?",
-                                [_clean_tags(tags), now, item.id])
+                self.db.execute(
+                    "UPDATE chunks SET tags = ?, updated_at = ? WHERE id = ?",
+                    [_clean_tags(tags), now, item.id],
+                )
             if importance is not None:
                 if not 0.0 <= importance <= 1.0:
                     raise ConfigError(f"importance must be between 0 and 1, got {importance}")
-                self.db.execute("UPDATE chunks SET importance = ?, updated_at = ? WHERE id = ?",
-                                [importance, now, item.id])
+                self.db.execute(
+                    "UPDATE chunks SET importance = ?, updated_at = ? WHERE id = ?",
+                    [importance, now, item.id],
+                )
             if pinned is not None:
                 self.db.execute("UPDATE chunks SET pinned = ? WHERE id = ?", [pinned, item.id])
             if text is not None and text.strip() and text.strip() != item.text:
@@ -362,8 +375,12 @@ class Memory:
         now = utcnow()
         if item_id is not None:
             ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
-            missing = set(ids) - {int(r[0]) for r in self.db.fetchall(
-                "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])}
+            missing = set(ids) - {
+                int(r[0])
+                for r in self.db.fetchall(
+                    "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids]
+                )
+            }
             if missing:
                 raise NotFoundError(f"no item with id {', '.join(map(str, sorted(missing)))}")
             reason = "id"
@@ -378,8 +395,12 @@ class Memory:
             if namespace is not None:
                 where += " AND namespace = ?"
                 params.append(namespace)
-            ids = [int(r[0]) for r in self.db.fetchall(
-                f"SELECT id FROM chunks WHERE {where} AND deleted_at IS NULL", params)]
+            ids = [
+                int(r[0])
+                for r in self.db.fetchall(
+                    f"SELECT id FROM chunks WHERE {where} AND deleted_at IS NULL", params
+                )
+            ]
             reason = f"path: {path}"
         with self.db.transaction():
             count = chunk_rows.soft_delete(self.db, ids, reason, now)
@@ -428,8 +449,12 @@ class Memory:
         ids += [i for i in linked if i not in ids]
         sims = {i: 1.0 - d for i, d in found}
         pipeline = SearchPipeline(self.db, embedder, self.pipeline_config)
-        hits = pipeline._hydrate([(i, sims.get(i, 0.0)) for i in ids], item.text,
-                                 {"vector": {i: r for r, i in enumerate(ids, 1)}}, {"vector": sims})
+        hits = pipeline._hydrate(
+            [(i, sims.get(i, 0.0)) for i in ids],
+            item.text,
+            {"vector": {i: r for r, i in enumerate(ids, 1)}},
+            {"vector": sims},
+        )
         return hits
 
     # -- search -----------------------------------------------------------------------------
@@ -454,8 +479,14 @@ class Memory:
         """
         started = time.perf_counter()
         kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())
-        filters = Filters(namespace=namespace, kinds=kinds, path=path, tags=tuple(tags),
-                          since=parse_when(since), until=parse_when(until))
+        filters = Filters(
+            namespace=namespace,
+            kinds=kinds,
+            path=path,
+            tags=tuple(tags),
+            since=parse_when(since),
+            until=parse_when(until),
+        )
         embedder = self._require_model_match()
         result = SearchPipeline(self.db, embedder, config or self.pipeline_config).run(query, k, filters)
         if log:
@@ -483,7 +514,9 @@ class Memory:
         """Re-embed every live item with the current model (after a model change)."""
         from nbmemory.embed.sentence import SentenceTransformerEmbedder
 
-        embedder = self._embedder or SentenceTransformerEmbedder(self.settings.model, device=self.settings.device)
+        embedder = self._embedder or SentenceTransformerEmbedder(
+            self.settings.model, device=self.settings.device
+        )
         self._embedder = embedder
         count = self._reembed(embedder)
         self._model_checked = True
@@ -491,9 +524,7 @@ class Memory:
         return count
 
     def _reembed(self, embedder: Embedder) -> int:
-        rows = self.db.fetchall(
-            "SELECT id, heading, text FROM chunks WHERE deleted_at IS NULL ORDER BY id"
-        )
+        rows = self.db.fetchall("SELECT id, heading, text FROM chunks WHERE deleted_at IS NULL ORDER BY id")
         bar = self._progress_bar(len(rows), "re-embedding")
         self.db.execute("DROP TABLE IF EXISTS vectors_new")
         self.db.execute(f"CREATE TABLE vectors_new (chunk_id BIGINT PRIMARY KEY, vec FLOAT[{embedder.dim}])")
@@ -503,10 +534,14 @@ class Memory:
         for start in range(0, len(rows), batch):
             part = rows[start : start + batch]
             vecs = embedder.embed_documents([chunk_rows.embedding_text(h or "", t) for _, h, t in part])
-            table = pa.table({
-                "chunk_id": pa.array([int(r[0]) for r in part], pa.int64()),
-                "vec": pa.FixedSizeListArray.from_arrays(pa.array(vecs.astype(np.float32).reshape(-1)), embedder.dim),
-            })
+            table = pa.table(
+                {
+                    "chunk_id": pa.array([int(r[0]) for r in part], pa.int64()),
+                    "vec": pa.FixedSizeListArray.from_arrays(
+                        pa.array(vecs.astype(np.float32).reshape(-1)), embedder.dim
+                    ),
+                }
+            )
             with self.db.lock:
                 self.db.con.register("_nbm_re", table)
                 self.db.con.execute("INSERT INTO vectors_new SELECT * FROM _nbm_re")
@@ -527,10 +562,16 @@ class Memory:
     def stats(self) -> dict[str, Any]:
         """Counts, sizes and index state."""
         db = self.db
-        by_kind = dict(db.fetchall(
-            "SELECT kind, count(*) FROM chunks WHERE deleted_at IS NULL GROUP BY kind ORDER BY kind"))
-        by_ns = dict(db.fetchall(
-            "SELECT namespace, count(*) FROM chunks WHERE deleted_at IS NULL GROUP BY namespace ORDER BY namespace"))
+        by_kind = dict(
+            db.fetchall(
+                "SELECT kind, count(*) FROM chunks WHERE deleted_at IS NULL GROUP BY kind ORDER BY kind"
+            )
+        )
+        by_ns = dict(
+            db.fetchall(
+                "SELECT namespace, count(*) FROM chunks WHERE deleted_at IS NULL GROUP BY namespace ORDER BY namespace"
+            )
+        )
         size = self.path.stat().st_size if self.path.exists() else 0
         return {
             "path": str(self.path),

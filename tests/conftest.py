@@ -12,8 +12,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from nbmemory import Memory  # noqa: E402
-from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder  # noqa: E402
+from nbmemory import Memory
+from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
 
 
 class CountingEmbedder:

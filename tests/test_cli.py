@@ -17,8 +17,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NBMEMORY_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "nbmemory.cli", "-q", *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, input=stdin, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "nbmemory.cli", "-q", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        input=stdin,
+        timeout=300,
+    )
 
 
 def subcommands() -> dict[str, object]:

@@ -83,7 +83,9 @@ def test_remembered_item_is_found_by_the_very_next_search(mem: Memory) -> None:
     for text in filler(20):
         mem.remember(text)
     fts.rebuild(mem.db)
-    item = mem.remember("Deploys need the VPN on; staging uses the 10.2 subnet.", tags=["ops"], importance=0.8)
+    item = mem.remember(
+        "Deploys need the VPN on; staging uses the 10.2 subnet.", tags=["ops"], importance=0.8
+    )
     result = mem.search("do deploys need the vpn", k=3)
     assert result.hits[0].id == item.id
     bm25 = result.trace.stage("bm25")
@@ -151,7 +153,9 @@ def _write_corpus(root: Path) -> None:
 
 
 @pytest.mark.model
-def test_reindex_after_editing_one_file_reembeds_only_its_changed_chunks(tmp_path: Path, real_embedder) -> None:
+def test_reindex_after_editing_one_file_reembeds_only_its_changed_chunks(
+    tmp_path: Path, real_embedder
+) -> None:
     root = tmp_path / "corpus"
     _write_corpus(root)
     counting = CountingEmbedder(real_embedder)
@@ -159,7 +163,7 @@ def test_reindex_after_editing_one_file_reembeds_only_its_changed_chunks(tmp_pat
         first = mem.index(root)
         assert first.files_changed == 5 and not first.skipped
         assert len(counting.texts) == first.chunks_embedded > 0
-        ids_before = {h for h, in mem.db.fetchall("SELECT id FROM chunks")}
+        ids_before = {h for (h,) in mem.db.fetchall("SELECT id FROM chunks")}
 
         counting.texts.clear()
         again = mem.index(root)
@@ -172,7 +176,7 @@ def test_reindex_after_editing_one_file_reembeds_only_its_changed_chunks(tmp_pat
         assert edited.files_changed == 1 and edited.files_unchanged == 4
         assert edited.chunks_embedded == 1 and len(counting.texts) == 1
         assert "edited" in counting.texts[0]
-        ids_after = {h for h, in mem.db.fetchall("SELECT id FROM chunks")}
+        ids_after = {h for (h,) in mem.db.fetchall("SELECT id FROM chunks")}
         assert len(ids_before - ids_after) == 1  # only the edited chunk was replaced
         edited_hits = mem.search("edited", k=3, config=PipelineConfig(retrievers=("bm25",)))
         assert edited_hits.hits[0].source == str(note)
@@ -217,9 +221,13 @@ def test_planted_secrets_are_redacted_in_stored_text(mem: Memory, tmp_path: Path
         encoding="utf-8",
     )
     report = mem.index(root)
-    stored = "\n".join(t for t, in mem.db.fetchall("SELECT text || heading FROM chunks"))
-    for secret in ("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG", "ghp_1A2b3C4d5E6f7G8h9I0jK1l2M3n4O5p6Q7r8",
-                   "MIIEowIBAAKCAQEA7d9s8c2JxYk1m3Qe0pW9s0"):
+    stored = "\n".join(t for (t,) in mem.db.fetchall("SELECT text || heading FROM chunks"))
+    for secret in (
+        "AKIAIOSFODNN7EXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG",
+        "ghp_1A2b3C4d5E6f7G8h9I0jK1l2M3n4O5p6Q7r8",
+        "MIIEowIBAAKCAQEA7d9s8c2JxYk1m3Qe0pW9s0",
+    ):
         assert secret not in stored
     assert "[REDACTED:aws-access-key-id]" in stored
     assert "[REDACTED:github-token]" in stored
@@ -229,14 +237,32 @@ def test_planted_secrets_are_redacted_in_stored_text(mem: Memory, tmp_path: Path
     assert "ghp_" not in item.text
 
 
-def test_corrupt_notebook_is_reported_and_skipped_while_others_are_indexed(fake_mem: Memory, tmp_path: Path) -> None:
+def test_corrupt_notebook_is_reported_and_skipped_while_others_are_indexed(
+    fake_mem: Memory, tmp_path: Path
+) -> None:
     root = tmp_path / "nbs"
     root.mkdir()
-    good = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-        {"cell_type": "markdown", "id": "a1", "metadata": {}, "source": ["# Good notebook\n", "Polars joins are fast."]},
-        {"cell_type": "code", "id": "b2", "metadata": {}, "execution_count": 1, "source": "df.join(other, on='id')",
-         "outputs": [{"output_type": "stream", "name": "stdout", "text": "joined 42 rows\n"}]},
-    ]}
+    good = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "id": "a1",
+                "metadata": {},
+                "source": ["# Good notebook\n", "Polars joins are fast."],
+            },
+            {
+                "cell_type": "code",
+                "id": "b2",
+                "metadata": {},
+                "execution_count": 1,
+                "source": "df.join(other, on='id')",
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": "joined 42 rows\n"}],
+            },
+        ],
+    }
     (root / "good.ipynb").write_text(json.dumps(good), encoding="utf-8")
     (root / "broken.ipynb").write_text(json.dumps(good)[:120], encoding="utf-8")
     (root / "binary.md").write_bytes(b"# hi\x00\x01\x02 binary")
@@ -249,7 +275,9 @@ def test_corrupt_notebook_is_reported_and_skipped_while_others_are_indexed(fake_
     assert "JSON" in skipped[str(root / "broken.ipynb")]
     assert "binary" in skipped[str(root / "binary.md")]
     assert "UTF-8" in skipped[str(root / "latin1.txt")]
-    sources = {s for s, in fake_mem.db.fetchall("SELECT DISTINCT source FROM chunks WHERE source IS NOT NULL")}
+    sources = {
+        s for (s,) in fake_mem.db.fetchall("SELECT DISTINCT source FROM chunks WHERE source IS NOT NULL")
+    }
     assert sources == {str(root / "good.ipynb"), str(root / "ok.md")}
     cells = fake_mem.search("joined rows polars", k=5, kind="notebook")
     assert cells.hits and cells.hits[0].cell_id in {"a1", "b2"} and cells.hits[0].cell_index in {0, 1}

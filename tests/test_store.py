@@ -63,8 +63,9 @@ WRITER = textwrap.dedent(
 def test_reopening_after_a_killed_process_finds_everything_committed(tmp_path: Path) -> None:
     path = tmp_path / "m.duckdb"
     for round_ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
-                                text=True, cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True, cwd=REPO
+        )
         assert proc.stdout is not None
         committed = []
         deadline = time.time() + 60
@@ -77,7 +78,7 @@ def test_reopening_after_a_killed_process_finds_everything_committed(tmp_path: P
         proc.wait()
         assert committed, "the writer produced nothing"
         with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:
-            stored = {i for i, in mem.db.fetchall("SELECT id FROM chunks WHERE deleted_at IS NULL")}
+            stored = {i for (i,) in mem.db.fetchall("SELECT id FROM chunks WHERE deleted_at IS NULL")}
             assert set(committed) <= stored
             last = mem.get(committed[-1])
             assert last.text.startswith("committed memory number")
@@ -98,7 +99,9 @@ HOLDER = textwrap.dedent(
 
 def test_a_held_file_gives_a_clear_error_not_a_lock_message(tmp_path: Path) -> None:
     path = tmp_path / "m.duckdb"
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         with pytest.raises(StoreLockedError, match="in use by another process") as info:
@@ -110,34 +113,54 @@ def test_a_held_file_gives_a_clear_error_not_a_lock_message(tmp_path: Path) -> N
 
 
 def test_delta_postings_match_what_the_fts_index_builds(fake_mem: Memory) -> None:
-    texts = ["Running runners ran quickly; the runner's shoes!", "Ünïcödé accents and CamelCase words",
-             "numbers 123 and symbols #tag @user e-mail", "The and of stopwords only"]
+    texts = [
+        "Running runners ran quickly; the runner's shoes!",
+        "Ünïcödé accents and CamelCase words",
+        "numbers 123 and symbols #tag @user e-mail",
+        "The and of stopwords only",
+    ]
     items = [fake_mem.remember(t, heading="Heading words here") for t in texts]
     ids = [i.id for i in items]
-    delta = set(fake_mem.db.fetchall(
-        "SELECT chunk_id, field, term, tf FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [ids]))
+    delta = set(
+        fake_mem.db.fetchall(
+            "SELECT chunk_id, field, term, tf FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
+            [ids],
+        )
+    )
     lens = dict(fake_mem.db.fetchall("SELECT chunk_id, len FROM fts_delta_docs"))
     fts.rebuild(fake_mem.db)
-    index = set(fake_mem.db.fetchall(
-        "SELECT d.name, t.fieldid, dict.term, count(*)::INTEGER FROM fts_main_chunks.terms t "
-        "JOIN fts_main_chunks.docs d USING (docid) JOIN fts_main_chunks.dict dict USING (termid) "
-        "WHERE d.name IN (SELECT unnest(?::BIGINT[])) GROUP BY ALL", [ids]))
-    index_lens = dict(fake_mem.db.fetchall(
-        "SELECT name, len FROM fts_main_chunks.docs WHERE name IN (SELECT unnest(?::BIGINT[]))", [ids]))
+    index = set(
+        fake_mem.db.fetchall(
+            "SELECT d.name, t.fieldid, dict.term, count(*)::INTEGER FROM fts_main_chunks.terms t "
+            "JOIN fts_main_chunks.docs d USING (docid) JOIN fts_main_chunks.dict dict USING (termid) "
+            "WHERE d.name IN (SELECT unnest(?::BIGINT[])) GROUP BY ALL",
+            [ids],
+        )
+    )
+    index_lens = dict(
+        fake_mem.db.fetchall(
+            "SELECT name, len FROM fts_main_chunks.docs WHERE name IN (SELECT unnest(?::BIGINT[]))", [ids]
+        )
+    )
     assert delta == index
     assert lens == index_lens
 
 
 def test_bm25_scores_from_index_tables_match_match_bm25(fake_mem: Memory) -> None:
     for i in range(30):
-        fake_mem.remember(f"document {i} about {'rotation keys' if i % 3 == 0 else 'gardening tomatoes'} {i % 5}")
+        fake_mem.remember(
+            f"document {i} about {'rotation keys' if i % 3 == 0 else 'gardening tomatoes'} {i % 5}"
+        )
     fts.rebuild(fake_mem.db)
     terms = fts.query_terms(fake_mem.db, "rotation keys")
     ours = dict(fts.search(fake_mem.db, terms, 100))
     # Heading is empty here, so BM25F weighting does not apply; the extension's IDF uses log10 where
     # standard BM25 (and ours) uses ln, a constant factor that leaves the ranking unchanged.
-    ref = dict(fake_mem.db.fetchall(
-        "SELECT id, fts_main_chunks.match_bm25(id, 'rotation keys') AS s FROM chunks WHERE s IS NOT NULL"))
+    ref = dict(
+        fake_mem.db.fetchall(
+            "SELECT id, fts_main_chunks.match_bm25(id, 'rotation keys') AS s FROM chunks WHERE s IS NOT NULL"
+        )
+    )
     assert ours.keys() == ref.keys()
     for key, value in ref.items():
         assert ours[key] == pytest.approx(value * math.log(10), rel=1e-9)
@@ -159,8 +182,10 @@ def test_doctor_finds_and_repairs_damage(fake_mem: Memory) -> None:
     assert fake_mem.doctor().ok
     db = fake_mem.db
     db.execute("DELETE FROM vectors WHERE chunk_id = ?", [items[0].id])
-    db.execute("INSERT INTO chunks (id, doc_id, namespace, kind, text, content_hash, created_at, updated_at, seq) "
-               "VALUES (99999, 424242, 'default', 'markdown', 'orphan', 'h', now(), now(), 1)")
+    db.execute(
+        "INSERT INTO chunks (id, doc_id, namespace, kind, text, content_hash, created_at, updated_at, seq) "
+        "VALUES (99999, 424242, 'default', 'markdown', 'orphan', 'h', now(), now(), 1)"
+    )
     vectors.drop_index(db)
     db.execute("DELETE FROM fts_delta_docs WHERE chunk_id = ?", [items[5].id])
     report = fake_mem.doctor()

@@ -52,13 +52,13 @@ class FakeEmbedder:
             vec[slot] += 1.0 if digest[4] & 1 else -1.0
         return vec
 
-    def embed_documents(
-        self, texts: Sequence[str], progress: ProgressFn | None = None
-    ) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], progress: ProgressFn | None = None) -> np.ndarray:
         self.calls += 1
         self.texts_embedded += len(texts)
-        out = normalise(np.stack([self._one(t) for t in texts])) if texts else np.zeros(
-            (0, self._dim), dtype=np.float32
+        out = (
+            normalise(np.stack([self._one(t) for t in texts]))
+            if texts
+            else np.zeros((0, self._dim), dtype=np.float32)
         )
         if progress is not None:
             progress(len(texts))

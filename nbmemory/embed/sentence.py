@@ -154,9 +154,7 @@ class SentenceTransformerEmbedder:
     def device(self) -> str:
         return self._device
 
-    def embed_documents(
-        self, texts: Sequence[str], progress: ProgressFn | None = None
-    ) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], progress: ProgressFn | None = None) -> np.ndarray:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         out = []

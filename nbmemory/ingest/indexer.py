@@ -124,9 +124,7 @@ class Indexer:
         self.progress = progress
         self.log = log or (lambda message: None)
 
-    def run(
-        self, paths: Iterable[str | os.PathLike[str]], namespace: str
-    ) -> IndexReport:
+    def run(self, paths: Iterable[str | os.PathLike[str]], namespace: str) -> IndexReport:
         report = IndexReport()
         start = time.perf_counter()
         roots = [Path(p).expanduser().absolute() for p in paths]
@@ -141,8 +139,7 @@ class Indexer:
         known = {
             path: (doc_id, digest, mtime, size, forgotten)
             for doc_id, path, digest, mtime, size, forgotten in self.db.fetchall(
-                "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents "
-                "WHERE namespace = ?",
+                "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?",
                 [namespace],
             )
         }
@@ -185,7 +182,7 @@ class Indexer:
             self.log(f"skipped {path}: cannot stat ({exc.strerror})")
             return None
         if known is not None:
-            doc_id, digest, mtime, size, forgotten = known
+            _, _, mtime, size, forgotten = known
             if forgotten is not None:
                 report.files_unchanged += 1
                 return None
@@ -234,9 +231,7 @@ class Indexer:
                 report.redactions[name] = report.redactions.get(name, 0) + count
             for name, count in heading.counts.items():
                 report.redactions[name] = report.redactions.get(name, 0) + count
-            tags = [
-                t.strip() for t in draft.meta.get("tags", "").split(",") if t.strip()
-            ]
+            tags = [t.strip() for t in draft.meta.get("tags", "").split(",") if t.strip()]
             rows.append(
                 chunk_rows.NewChunk(
                     namespace=namespace,
@@ -263,9 +258,7 @@ class Indexer:
         )
 
     # -- committing a batch -----------------------------------------------------------------
-    def _commit(
-        self, plans: list[_FilePlan], namespace: str, report: IndexReport
-    ) -> None:
+    def _commit(self, plans: list[_FilePlan], namespace: str, report: IndexReport) -> None:
         doc_ids = [p.doc_id for p in plans if p.doc_id is not None]
         old: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         if doc_ids:
@@ -301,9 +294,7 @@ class Indexer:
         for row in to_embed:
             unique.setdefault(row.hash, row)
         if unique:
-            texts = [
-                chunk_rows.embedding_text(r.heading, r.text) for r in unique.values()
-            ]
+            texts = [chunk_rows.embedding_text(r.heading, r.text) for r in unique.values()]
             vecs = self.embedder.embed_documents(texts)
             for digest, vec in zip(unique, vecs, strict=True):
                 reusable[digest] = vec
@@ -389,9 +380,7 @@ class Indexer:
         gone_docs = [
             doc_id
             for path, (doc_id, *_rest) in known.items()
-            if path not in seen
-            and any(path.startswith(p) for p in prefixes)
-            and not os.path.exists(path)
+            if path not in seen and any(path.startswith(p) for p in prefixes) and not os.path.exists(path)
         ]
         if not gone_docs:
             return

@@ -164,13 +164,7 @@ def _not_filler(value: str) -> bool:
 # --- placeholders ----------------------------------------------------------------------------
 
 _PLACEHOLDER_WORDS = frozenset(
-    """
-    changeme changeit password passwd passphrase pass pw pwd mypassword mypass secret secrets
-    token apitoken authtoken accesstoken apikey accesskey secretkey privatekey clientsecret
-    credential credentials example sample placeholder redacted masked hidden dummy fake test
-    testing none null nil undefined true false yes default empty notset unset todo tbd fixme
-    required optional string str bytes secretstr secretbytes value foo bar baz foobar
-    """.split()
+    ["changeme", "changeit", "password", "passwd", "passphrase", "pass", "pw", "pwd", "mypassword", "mypass", "secret", "secrets", "token", "apitoken", "authtoken", "accesstoken", "apikey", "accesskey", "secretkey", "privatekey", "clientsecret", "credential", "credentials", "example", "sample", "placeholder", "redacted", "masked", "hidden", "dummy", "fake", "test", "testing", "none", "null", "nil", "undefined", "true", "false", "yes", "default", "empty", "notset", "unset", "todo", "tbd", "fixme", "required", "optional", "string", "str", "bytes", "secretstr", "secretbytes", "value", "foo", "bar", "baz", "foobar"]
 )
 _PLACEHOLDER_RE = re.compile(
     r"""
@@ -835,6 +829,7 @@ _HASH_CONTEXT_RE = _rx(
     r"|;base64,$"
     r"|\"image/[a-z0-9.+-]+\"[ \t]*:[ \t]*\[?[ \t]*\"$"
 )
+_CONSONANTS_RE = _rx(r"[bcdfghjklmnpqrstvwxz]{5}")
 _SRI_RE = _rx(r"(?i:sha(?:1|256|384|512)|md5)-")
 # Base64 of PNG, JPEG, GIF, WebP, SVG, XML, PDF headers.
 _IMAGE_MAGIC = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR", "PHN2Zy", "PD94bWwg", "JVBERi0")
@@ -915,8 +910,10 @@ def _looks_random(value: str) -> bool:
         # One case and digits: random data has few vowels and is not snake_case or kebab-case.
         if len(parts) > 2:
             return False
-        letters = [c for c in value.lower() if "a" <= c <= "z"]
-        if sum(c in "aeiou" for c in letters) >= 0.3 * len(letters):
+        letters = "".join(c for c in value.lower() if "a" <= c <= "z")
+        vowels = sum(c in "aeiouy" for c in letters) / max(len(letters), 1)
+        # Words have vowels and short consonant clusters; random letters have neither.
+        if vowels >= 0.4 or (vowels >= 0.25 and _CONSONANTS_RE.search(letters) is None):
             return False
         if sum(len(p) for p in parts if len(p) >= 3 and p.isalpha()) >= 0.5 * len(value):
             return False

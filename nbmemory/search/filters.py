@@ -11,8 +11,13 @@ from nbmemory.errors import ConfigError
 
 KINDS = ("markdown", "notebook", "code", "text", "memory")
 _RELATIVE = re.compile(r"^\s*(\d+)\s*([mhdwy])\s*$")
-_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1),
-          "w": timedelta(weeks=1), "y": timedelta(days=365)}
+_UNITS = {
+    "m": timedelta(minutes=1),
+    "h": timedelta(hours=1),
+    "d": timedelta(days=1),
+    "w": timedelta(weeks=1),
+    "y": timedelta(days=365),
+}
 
 
 def parse_when(value: str | datetime | None, now: datetime | None = None) -> datetime | None:

@@ -92,17 +92,34 @@ class SearchResult:
         for rank, h in enumerate(self.hits, start=1):
             rows.append(
                 {
-                    "rank": rank, "id": h.id, "score": h.score,
-                    "bm25_rank": h.ranks.get("bm25"), "vector_rank": h.ranks.get("vector"),
-                    "source": h.source, "location": h.location, "heading": h.heading,
-                    "kind": h.kind, "namespace": h.namespace, "tags": h.tags,
-                    "snippet": h.snippet, "text": h.text,
+                    "rank": rank,
+                    "id": h.id,
+                    "score": h.score,
+                    "bm25_rank": h.ranks.get("bm25"),
+                    "vector_rank": h.ranks.get("vector"),
+                    "source": h.source,
+                    "location": h.location,
+                    "heading": h.heading,
+                    "kind": h.kind,
+                    "namespace": h.namespace,
+                    "tags": h.tags,
+                    "snippet": h.snippet,
+                    "text": h.text,
                 }
             )
         schema = {
-            "rank": pl.Int64, "id": pl.Int64, "score": pl.Float64, "bm25_rank": pl.Int64,
-            "vector_rank": pl.Int64, "source": pl.Utf8, "location": pl.Utf8, "heading": pl.Utf8,
-            "kind": pl.Utf8, "namespace": pl.Utf8, "tags": pl.List(pl.Utf8), "snippet": pl.Utf8,
+            "rank": pl.Int64,
+            "id": pl.Int64,
+            "score": pl.Float64,
+            "bm25_rank": pl.Int64,
+            "vector_rank": pl.Int64,
+            "source": pl.Utf8,
+            "location": pl.Utf8,
+            "heading": pl.Utf8,
+            "kind": pl.Utf8,
+            "namespace": pl.Utf8,
+            "tags": pl.List(pl.Utf8),
+            "snippet": pl.Utf8,
             "text": pl.Utf8,
         }
         return pl.DataFrame(rows, schema=schema)
@@ -176,7 +193,9 @@ class SearchPipeline:
         stage.notes = {"k": config.rrf_k, "weights": dict(config.weights)}
         ranks = {name: {doc: r for r, doc in enumerate(ids, start=1)} for name, ids in rankings.items()}
         stage.detail = {
-            doc: ", ".join(f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -" for name in rankings)
+            doc: ", ".join(
+                f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -" for name in rankings
+            )
             for doc in stage.output
         }
         stage.ms = (time.perf_counter() - t0) * 1000
@@ -211,10 +230,21 @@ class SearchPipeline:
             (_, text, source, kind, ns, heading, cell_id, cell_index, ls, le, tags, imp, updated) = row
             hits.append(
                 Hit(
-                    id=doc, score=score, text=text, snippet=snippet(text, query), source=source,
-                    kind=kind, namespace=ns, heading=heading or "", cell_id=cell_id,
-                    cell_index=cell_index, line_start=ls, line_end=le, tags=list(tags or []),
-                    importance=float(imp), updated_at=updated,
+                    id=doc,
+                    score=score,
+                    text=text,
+                    snippet=snippet(text, query),
+                    source=source,
+                    kind=kind,
+                    namespace=ns,
+                    heading=heading or "",
+                    cell_id=cell_id,
+                    cell_index=cell_index,
+                    line_start=ls,
+                    line_end=le,
+                    tags=list(tags or []),
+                    importance=float(imp),
+                    updated_at=updated,
                     ranks={n: r[doc] for n, r in ranks.items() if doc in r},
                     retriever_scores={n: s[doc] for n, s in raw.items() if doc in s},
                 )

@@ -44,7 +44,9 @@ class Trace:
             base = self.stage(stage.compare_to) if stage.compare_to else None
             previous = base.output if base is not None else None
             notes = ", ".join(f"{k}={v}" for k, v in stage.notes.items())
-            lines.append(f"[{stage.name}] {stage.ms:.1f} ms, {len(stage.output)} out" + (f"; {notes}" if notes else ""))
+            lines.append(
+                f"[{stage.name}] {stage.ms:.1f} ms, {len(stage.output)} out" + (f"; {notes}" if notes else "")
+            )
             for rank, item in enumerate(stage.output[:top], start=1):
                 move = ""
                 if previous is not None:
@@ -64,8 +66,13 @@ class Trace:
         return {
             "query": self.query,
             "stages": [
-                {"name": s.name, "ms": round(s.ms, 3), "output": s.output[:100],
-                 "scores": {str(k): v for k, v in list(s.scores.items())[:100]}, "notes": s.notes}
+                {
+                    "name": s.name,
+                    "ms": round(s.ms, 3),
+                    "output": s.output[:100],
+                    "scores": {str(k): v for k, v in list(s.scores.items())[:100]},
+                    "notes": s.notes,
+                }
                 for s in self.stages
             ],
         }

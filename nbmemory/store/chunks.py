@@ -60,25 +60,45 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
     ids = allocate(db, "chunk_ids", len(rows))
     seqs = allocate(db, "chunk_seq", len(rows))
     cols: dict[str, list[Any]] = {
-        "id": ids, "doc_id": [r.doc_id for r in rows], "namespace": [r.namespace for r in rows],
-        "kind": [r.kind for r in rows], "source": [r.source for r in rows],
-        "ordinal": [r.ordinal for r in rows], "text": [r.text for r in rows],
-        "heading": [r.heading for r in rows], "cell_id": [r.cell_id for r in rows],
-        "cell_index": [r.cell_index for r in rows], "line_start": [r.line_start for r in rows],
-        "line_end": [r.line_end for r in rows], "content_hash": [r.hash for r in rows],
-        "tags": [list(r.tags) for r in rows], "importance": [float(r.importance) for r in rows],
+        "id": ids,
+        "doc_id": [r.doc_id for r in rows],
+        "namespace": [r.namespace for r in rows],
+        "kind": [r.kind for r in rows],
+        "source": [r.source for r in rows],
+        "ordinal": [r.ordinal for r in rows],
+        "text": [r.text for r in rows],
+        "heading": [r.heading for r in rows],
+        "cell_id": [r.cell_id for r in rows],
+        "cell_index": [r.cell_index for r in rows],
+        "line_start": [r.line_start for r in rows],
+        "line_end": [r.line_end for r in rows],
+        "content_hash": [r.hash for r in rows],
+        "tags": [list(r.tags) for r in rows],
+        "importance": [float(r.importance) for r in rows],
         "seq": seqs,
     }
     table = pa.table(
         cols,
-        schema=pa.schema([
-            ("id", pa.int64()), ("doc_id", pa.int64()), ("namespace", pa.string()),
-            ("kind", pa.string()), ("source", pa.string()), ("ordinal", pa.int32()),
-            ("text", pa.string()), ("heading", pa.string()), ("cell_id", pa.string()),
-            ("cell_index", pa.int32()), ("line_start", pa.int32()), ("line_end", pa.int32()),
-            ("content_hash", pa.string()), ("tags", pa.list_(pa.string())),
-            ("importance", pa.float64()), ("seq", pa.int64()),
-        ]),
+        schema=pa.schema(
+            [
+                ("id", pa.int64()),
+                ("doc_id", pa.int64()),
+                ("namespace", pa.string()),
+                ("kind", pa.string()),
+                ("source", pa.string()),
+                ("ordinal", pa.int32()),
+                ("text", pa.string()),
+                ("heading", pa.string()),
+                ("cell_id", pa.string()),
+                ("cell_index", pa.int32()),
+                ("line_start", pa.int32()),
+                ("line_end", pa.int32()),
+                ("content_hash", pa.string()),
+                ("tags", pa.list_(pa.string())),
+                ("importance", pa.float64()),
+                ("seq", pa.int64()),
+            ]
+        ),
     )
     with db.lock:
         db.con.register("_nbm_new_chunks", table)
@@ -106,12 +126,14 @@ def purge(db: Database, chunk_ids: list[int]) -> None:
     if not chunk_ids:
         return
     for table, column in (
-        ("vectors", "chunk_id"), ("fts_delta", "chunk_id"), ("fts_delta_docs", "chunk_id"),
-        ("links", "src"), ("links", "dst"), ("chunks", "id"),
+        ("vectors", "chunk_id"),
+        ("fts_delta", "chunk_id"),
+        ("fts_delta_docs", "chunk_id"),
+        ("links", "src"),
+        ("links", "dst"),
+        ("chunks", "id"),
     ):
-        db.execute(
-            f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
-        )
+        db.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
 
 
 def soft_delete(db: Database, chunk_ids: list[int], reason: str, now: datetime) -> int:

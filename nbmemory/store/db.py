@@ -6,7 +6,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ _LOCK_RE = re.compile(r"Conflicting lock|Could not set lock|lock on file", re.IG
 
 def utcnow() -> datetime:
     """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Database:
@@ -149,9 +149,7 @@ class Database:
     def migrate(self) -> list[str]:
         """Apply every migration newer than the file's version, each in its own transaction."""
         with self.lock:
-            self.execute(
-                "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
-            )
+            self.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             self.execute(
                 "CREATE TABLE IF NOT EXISTS migrations "
                 "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP)"
@@ -168,9 +166,7 @@ class Database:
                     continue
                 with self.transaction() as con:
                     fn(con)
-                    con.execute(
-                        "INSERT INTO migrations VALUES (?, ?, ?)", [version, name, utcnow()]
-                    )
+                    con.execute("INSERT INTO migrations VALUES (?, ?, ?)", [version, name, utcnow()])
                     con.execute(
                         "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) "
                         "DO UPDATE SET value = excluded.value",

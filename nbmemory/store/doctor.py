@@ -46,21 +46,36 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
         add("model", True, f"no vectors yet; model will be {embedder.name}")
     else:
         same = stored == embedder.fingerprint
-        add("model", same,
+        add(
+            "model",
+            same,
             f"stored {db.get_meta('model_name')} ({stored}), current {embedder.name} "
             f"({embedder.fingerprint})" + ("" if same else ": re-embedding needed"),
-            mem.reembed)
+            mem.reembed,
+        )
         mem._model_checked = same or repair
         mem._model_mismatch = None if (same or repair) else "model mismatch"
     if db.table_exists("vectors_new"):
-        add("interrupted re-embed", False, "a half-written vectors_new table is left over",
-            lambda: db.execute("DROP TABLE vectors_new"))
+        add(
+            "interrupted re-embed",
+            False,
+            "a half-written vectors_new table is left over",
+            lambda: db.execute("DROP TABLE vectors_new"),
+        )
 
-    orphans = [int(r[0]) for r in db.fetchall(
-        "SELECT c.id FROM chunks c LEFT JOIN documents d ON d.id = c.doc_id "
-        "WHERE c.doc_id IS NOT NULL AND d.id IS NULL")]
-    add("orphan chunks", not orphans, f"{len(orphans)} chunks whose document is gone",
-        lambda: _in_tx(db, lambda: chunk_rows.purge(db, orphans)))
+    orphans = [
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT c.id FROM chunks c LEFT JOIN documents d ON d.id = c.doc_id "
+            "WHERE c.doc_id IS NOT NULL AND d.id IS NULL"
+        )
+    ]
+    add(
+        "orphan chunks",
+        not orphans,
+        f"{len(orphans)} chunks whose document is gone",
+        lambda: _in_tx(db, lambda: chunk_rows.purge(db, orphans)),
+    )
 
     if not db.table_exists("vectors"):
         add("vectors", stored is None, "vectors table missing")
@@ -69,15 +84,24 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
     meta_dim = int(db.get_meta("model_dim") or 0) or None
     add("vector dimension", meta_dim in (None, dim), f"table {dim}, recorded {meta_dim}")
 
-    stray = [int(r[0]) for r in db.fetchall(
-        "SELECT v.chunk_id FROM vectors v LEFT JOIN chunks c ON c.id = v.chunk_id "
-        "WHERE c.id IS NULL OR c.deleted_at IS NOT NULL")]
-    add("vectors of deleted items", not stray, f"{len(stray)} vectors without a live item",
-        lambda: db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [stray]))
+    stray = [
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT v.chunk_id FROM vectors v LEFT JOIN chunks c ON c.id = v.chunk_id "
+            "WHERE c.id IS NULL OR c.deleted_at IS NOT NULL"
+        )
+    ]
+    add(
+        "vectors of deleted items",
+        not stray,
+        f"{len(stray)} vectors without a live item",
+        lambda: db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [stray]),
+    )
 
     missing = db.fetchall(
         "SELECT c.id, c.heading, c.text FROM chunks c LEFT JOIN vectors v ON v.chunk_id = c.id "
-        "WHERE c.deleted_at IS NULL AND v.chunk_id IS NULL ORDER BY c.id")
+        "WHERE c.deleted_at IS NULL AND v.chunk_id IS NULL ORDER BY c.id"
+    )
 
     def embed_missing() -> None:
         emb = mem.embedder
@@ -89,26 +113,42 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
 
     add("missing vectors", not missing, f"{len(missing)} live items without a vector", embed_missing)
 
-    bad_links = int(db.scalar(
-        "SELECT count(*) FROM links l WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = l.src) "
-        "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = l.dst)"))
-    add("links", bad_links == 0, f"{bad_links} links to missing items",
-        lambda: db.execute("DELETE FROM links l WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE "
-                           "c.id = l.src) OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = l.dst)"))
+    bad_links = int(
+        db.scalar(
+            "SELECT count(*) FROM links l WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = l.src) "
+            "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = l.dst)"
+        )
+    )
+    add(
+        "links",
+        bad_links == 0,
+        f"{bad_links} links to missing items",
+        lambda: db.execute(
+            "DELETE FROM links l WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE "
+            "c.id = l.src) OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = l.dst)"
+        ),
+    )
 
     # FTS: the snapshot exists and every chunk past the watermark has delta postings.
     mark = fts.watermark(db)
     if not fts.index_exists(db):
         add("full-text index", False, "missing", lambda: fts.rebuild(db))
     else:
-        uncovered = int(db.scalar(
-            "SELECT count(*) FROM chunks c WHERE c.deleted_at IS NULL AND c.seq > ? AND "
-            "NOT EXISTS (SELECT 1 FROM fts_delta_docs d WHERE d.chunk_id = c.id) AND "
-            "length(trim(c.text || c.heading)) > 0", [mark]))
+        uncovered = int(
+            db.scalar(
+                "SELECT count(*) FROM chunks c WHERE c.deleted_at IS NULL AND c.seq > ? AND "
+                "NOT EXISTS (SELECT 1 FROM fts_delta_docs d WHERE d.chunk_id = c.id) AND "
+                "length(trim(c.text || c.heading)) > 0",
+                [mark],
+            )
+        )
         indexed = int(db.scalar("SELECT count(*) FROM fts_main_chunks.docs"))
-        add("full-text index", uncovered == 0,
+        add(
+            "full-text index",
+            uncovered == 0,
             f"{indexed} items in the snapshot, {fts.delta_size(db)} pending, {uncovered} not covered",
-            lambda: fts.rebuild(db))
+            lambda: fts.rebuild(db),
+        )
 
     # HNSW: present, and a stored vector finds its own item first.
     live_vectors = int(db.scalar("SELECT count(*) FROM vectors"))
@@ -121,9 +161,12 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
             hits, _ = vectors.search(db, np.asarray(vec, np.float32), 3, dim or len(vec))
             # Identical vectors (duplicate text) tie at distance 0, so a zero distance counts too.
             found_self += any(h == int(cid) or d <= 1e-5 for h, d in hits)
-        add("vector index", found_self == len(probe),
+        add(
+            "vector index",
+            found_self == len(probe),
             f"{live_vectors} vectors; {found_self}/{len(probe)} probes find themselves",
-            lambda: vectors.rebuild_index(db))
+            lambda: vectors.rebuild_index(db),
+        )
     return report
 
 

@@ -100,9 +100,7 @@ def add_delta(db: Database, chunk_ids: list[int]) -> None:
         # The first write to a new store: a snapshot of (almost) nothing gives us the tokenizer.
         return
     db.execute("DELETE FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
-    db.execute(
-        "DELETE FROM fts_delta_docs WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
-    )
+    db.execute("DELETE FROM fts_delta_docs WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
     db.execute(
         f"""
         INSERT INTO fts_delta

@@ -136,9 +136,7 @@ def search(
     total = int(db.scalar("SELECT count(*) FROM vectors"))
     matching = total
     if where:
-        matching = int(
-            db.scalar(f"SELECT count(*) FROM chunks c WHERE {live}", params)
-        )
+        matching = int(db.scalar(f"SELECT count(*) FROM chunks c WHERE {live}", params))
         if matching <= max(EXACT_SCAN_MAX_ROWS, limit):
             rows = db.fetchall(exact_sql, [qv, *params, limit])
             return [(int(a), float(b)) for a, b in rows], VectorPlan("exact", len(rows), matching)

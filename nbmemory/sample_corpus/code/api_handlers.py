@@ -16,7 +16,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
-
 from rate_limiter import KeyedRateLimiter
 from text_normalise import extract_skus
 

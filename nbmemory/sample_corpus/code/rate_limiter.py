@@ -83,7 +83,7 @@ class AsyncTokenBucket:
             while not self._bucket.try_acquire(n):
                 await asyncio.sleep(self._bucket.wait_time(n))
 
-    async def __aenter__(self) -> "AsyncTokenBucket":
+    async def __aenter__(self) -> AsyncTokenBucket:
         await self.acquire()
         return self
 

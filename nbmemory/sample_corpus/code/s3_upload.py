@@ -19,7 +19,6 @@ from pathlib import Path
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError, EndpointConnectionError
-
 from retry import retry
 
 log = logging.getLogger(__name__)

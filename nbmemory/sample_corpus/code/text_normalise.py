@@ -20,8 +20,7 @@ _TOKEN_RE = re.compile(r"[a-z0-9]+(?:[.][0-9]+)?", re.IGNORECASE)
 _WS_RE = re.compile(r"\s+")
 
 STOPWORDS = frozenset(
-    "a an and are as at be by for from in is it of on or the to with "
-    "i w z na do dla und der die das für".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is", "it", "of", "on", "or", "the", "to", "with", "i", "w", "z", "na", "do", "dla", "und", "der", "die", "das", "für"]
 )
 
 
