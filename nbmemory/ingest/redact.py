@@ -290,6 +290,18 @@ def _auth_password(value: str) -> bool:
     return len(value) >= 6 and " " not in value and not _is_placeholder(value)
 
 
+def _shape(kind: str, pattern: str, check: Callable[[str], bool] = _not_filler) -> _Rule:
+    """A credential known by its own shape: prefix, alphabet, length."""
+    return _Rule(kind, _rx(pattern), check=check)
+
+
+def _keyed(kind: str, key: str, value: str, check: Callable[[str], bool] | None = None) -> _Rule:
+    """A credential known by the key it is assigned to; key and value are matched lower-cased."""
+    return _Rule(kind, _rx(rf"(?:{key}){_SEP}(?P<s>{value})"), "s", check=check, low=True)
+
+
+# A look-behind right after a literal prefix keeps the fast literal search and stops a rescan
+# from every prefix inside a long run ("glpat-glpat-...").
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         "gcp-service-account-key",
@@ -307,111 +319,60 @@ _RULES: tuple[_Rule, ...] = (
             r"-{4,5} ?BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}"
             # Key material (or a PEM header) must follow: a prose mention is not a key.
             r"(?=(?:\s|\\[nr])*(?:[A-Za-z0-9+/=]{16}|[A-Za-z-]{2,40}:|-{4,5} ?END))"
+            # Up to the END line, or to the end of the text when it is missing.
             r"(?:[\s\S]*?-{4,5} ?END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}|[\s\S]*)"
         ),
         needs=("PRIVATE KEY",),
         before=None,
     ),
-    _Rule(
+    _shape(
         "aws-access-key-id",
-        _rx(
-            r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)"
-            r"[A-Z0-9]{16}(?![A-Za-z0-9])"
-        ),
-        check=_not_filler,
+        r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}"
+        r"(?![A-Za-z0-9])",
     ),
-    _Rule(
+    _keyed(
         "aws-secret-access-key",
-        _rx(
-            r"(?:aws[_.-]?secret[_.-]?(?:access[_.-]?)?key|secret[_.-]?access[_.-]?key)"
-            rf"{_SEP}(?P<s>[a-z0-9/+]{{40}})(?![a-z0-9/+=])"
-        ),
-        "s",
+        r"aws[_.-]?secret[_.-]?(?:access[_.-]?)?key|secret[_.-]?access[_.-]?key",
+        r"[a-z0-9/+]{40}(?![a-z0-9/+=])",
         check=lambda v: _mixed_case(v) and _not_filler(v),
-        needs=("secret",),
-        before=None,
-        low=True,
     ),
-    _Rule(
-        "github-token",
-        _rx(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "github-token",
-        _rx(r"github_pat_[A-Za-z0-9]{20,40}_[A-Za-z0-9]{40,120}(?![A-Za-z0-9_])"),
-        check=_not_filler,
-    ),
-    _Rule(
+    _shape("github-token", r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
+    _shape("github-token", r"github_pat_[A-Za-z0-9]{20,40}_[A-Za-z0-9]{40,120}(?![A-Za-z0-9_])"),
+    _shape(
         "gitlab-token",
-        _rx(
-            r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt|cbt|soat|ft|imt|oas|agent|ffct)-[A-Za-z0-9_-]{20,255}"
-            r"(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?(?![A-Za-z0-9_-])"
-        ),
-        check=_not_filler,
+        r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt|cbt|soat|ft|imt|oas|agent|ffct)-[A-Za-z0-9_-]{20,255}"
+        r"(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?(?![A-Za-z0-9_-])",
     ),
-    _Rule(
+    _shape(
         "anthropic-api-key",
-        _rx(r"sk-(?<![A-Za-z0-9_-]sk-)ant-[a-z]{2,8}[0-9]{2}-[A-Za-z0-9_-]{32,300}(?![A-Za-z0-9_-])"),
-        check=_not_filler,
+        r"sk-(?<![A-Za-z0-9_-]sk-)ant-[a-z]{2,8}[0-9]{2}-[A-Za-z0-9_-]{32,300}(?![A-Za-z0-9_-])",
     ),
-    _Rule(
+    _shape(
         "openai-api-key",
-        _rx(
-            r"sk-(?<![A-Za-z0-9_-]sk-)(?!ant-)(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,300}"
-            r"|[A-Za-z0-9_-]{20,150}T3BlbkFJ[A-Za-z0-9_-]{20,150}"
-            r"|[A-Za-z0-9]{48})(?![A-Za-z0-9_-])"
-        ),
-        check=_not_filler,
+        r"sk-(?<![A-Za-z0-9_-]sk-)(?!ant-)(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,300}"
+        r"|[A-Za-z0-9_-]{20,150}T3BlbkFJ[A-Za-z0-9_-]{20,150}|[A-Za-z0-9]{48})(?![A-Za-z0-9_-])",
     ),
-    _Rule(
+    _shape(
         "slack-token",
-        _rx(
-            r"x(?<![A-Za-z0-9-]x)(?:ox[abposr]-[0-9]{1,20}-[A-Za-z0-9-]{8,250}"
-            r"|oxe(?:\.xox[bp])?-[0-9]-[A-Za-z0-9-]{20,250}"
-            r"|app-[0-9]-[A-Z0-9]{6,20}-[0-9]{6,20}-[A-Za-z0-9]{20,100})(?![A-Za-z0-9-])"
-        ),
-        check=_not_filler,
+        r"x(?<![A-Za-z0-9-]x)(?:ox[abposr]-[0-9]{1,20}-[A-Za-z0-9-]{8,250}"
+        r"|oxe(?:\.xox[bp])?-[0-9]-[A-Za-z0-9-]{20,250}"
+        r"|app-[0-9]-[A-Z0-9]{6,20}-[0-9]{6,20}-[A-Za-z0-9]{20,100})(?![A-Za-z0-9-])",
     ),
     _Rule(
         "slack-webhook",
-        _rx(
-            r"hooks\.slack\.com/(?:services|workflows|triggers)/"
-            r"(?P<s>[A-Za-z0-9_/+-]{20,300})"
-        ),
+        _rx(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/+-]{20,300})"),
         "s",
         check=_not_filler,
     ),
-    _Rule(
-        "stripe-key",
-        _rx(r"sk_(?:live|test)_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "stripe-key",
-        _rx(r"rk_(?:live|test)_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "stripe-key",
-        _rx(r"whsec_[A-Za-z0-9+/=]{32,100}(?![A-Za-z0-9+/=])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "google-api-key",
-        _rx(r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
-        check=_not_filler,
-    ),
-    _Rule(
+    _shape("stripe-key", r"sk_(?:live|test)_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])"),
+    _shape("stripe-key", r"rk_(?:live|test)_[A-Za-z0-9]{16,247}(?![A-Za-z0-9])"),
+    _shape("stripe-key", r"whsec_[A-Za-z0-9+/=]{32,100}(?![A-Za-z0-9+/=])"),
+    _shape("google-api-key", r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
+    _shape(
         "google-oauth-client-secret",
-        _rx(r"GOCSPX-(?<![A-Za-z0-9_-]GOCSPX-)[A-Za-z0-9_-]{24,40}(?![A-Za-z0-9_-])"),
-        check=_not_filler,
+        r"GOCSPX-(?<![A-Za-z0-9_-]GOCSPX-)[A-Za-z0-9_-]{24,40}(?![A-Za-z0-9_-])",
     ),
-    _Rule(
-        "google-oauth-token",
-        _rx(r"ya29\.[0-9A-Za-z_-]{20,2048}(?![0-9A-Za-z_-])"),
-        check=_not_filler,
-    ),
+    _shape("google-oauth-token", r"ya29\.[0-9A-Za-z_-]{20,2048}(?![0-9A-Za-z_-])"),
     _Rule(
         "azure-storage-key",
         _rx(r"accountkey[ \t]*=[ \t]*(?P<s>[a-z0-9+/]{86}==)(?![a-z0-9+/=])"),
@@ -419,48 +380,25 @@ _RULES: tuple[_Rule, ...] = (
         before=None,
         low=True,
     ),
-    _Rule(
+    _keyed(
         "azure-storage-key",
-        _rx(
-            rf"azure[_.-]?storage[_.-]?(?:account[_.-]?)?(?:access[_.-]?)?key{_SEP}"
-            r"(?P<s>[a-z0-9+/]{86}==)(?![a-z0-9+/=])"
-        ),
-        "s",
-        before=None,
-        low=True,
+        r"azure[_.-]?storage[_.-]?(?:account[_.-]?)?(?:access[_.-]?)?key",
+        r"[a-z0-9+/]{86}==(?![a-z0-9+/=])",
     ),
-    _Rule(
+    _shape("twilio-api-key", r"SK[0-9a-f]{32}(?![A-Za-z0-9])"),
+    _keyed(
         "twilio-api-key",
-        _rx(r"SK[0-9a-f]{32}(?![A-Za-z0-9])"),
+        r"twilio[_.-]?(?:auth[_.-]?token|api[_.-]?secret|secret)",
+        r"[a-z0-9]{32}(?![a-z0-9])",
     ),
-    _Rule(
-        "twilio-api-key",
-        _rx(
-            r"twilio[_.-]?(?:auth[_.-]?token|api[_.-]?secret|secret)"
-            rf"{_SEP}(?P<s>[a-z0-9]{{32}})(?![a-z0-9])"
-        ),
-        "s",
-        low=True,
-    ),
-    _Rule(
-        "sendgrid-api-key",
-        _rx(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "mailgun-api-key",
-        _rx(r"key-[0-9a-f]{32}(?![A-Za-z0-9])"),
-    ),
+    _shape("sendgrid-api-key", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+    _shape("mailgun-api-key", r"key-[0-9a-f]{32}(?![A-Za-z0-9])"),
     _Rule(
         "mailgun-api-key",
         _rx(r"[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}(?![A-Za-z0-9-])"),
         needs=("mailgun",),
     ),
-    _Rule(
-        "npm-token",
-        _rx(r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
-        check=_not_filler,
-    ),
+    _shape("npm-token", r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
     _Rule(
         "npm-token",
         _rx(r"_authToken[ \t]*=[ \t]*[\"']?(?P<s>[A-Za-z0-9_.+/=-]{8,512})"),
@@ -468,73 +406,31 @@ _RULES: tuple[_Rule, ...] = (
         check=_not_placeholder,
         before=None,
     ),
-    _Rule(
-        "pypi-token",
-        _rx(r"pypi-Ag(?<![A-Za-z0-9_-]pypi-Ag)[A-Za-z0-9_-]{50,1000}(?![A-Za-z0-9_-])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "huggingface-token",
-        _rx(r"hf_[A-Za-z0-9]{34,40}(?![A-Za-z0-9_])"),
-        check=_random_body(3),
-    ),
-    _Rule(
-        "huggingface-token",
-        _rx(r"api_org_[A-Za-z0-9]{34}(?![A-Za-z0-9_])"),
-        check=_random_body(8),
-    ),
-    _Rule(
-        "digitalocean-token",
-        _rx(r"do[opr]_v1_[a-f0-9]{64}(?![A-Za-z0-9])"),
-        check=_not_filler,
-    ),
-    _Rule(
-        "shopify-token",
-        _rx(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"),
-        check=_not_filler,
-    ),
-    _Rule(
+    _shape("pypi-token", r"pypi-Ag(?<![A-Za-z0-9_-]pypi-Ag)[A-Za-z0-9_-]{50,1000}(?![A-Za-z0-9_-])"),
+    _shape("huggingface-token", r"hf_[A-Za-z0-9]{34,40}(?![A-Za-z0-9_])", check=_random_body(3)),
+    _shape("huggingface-token", r"api_org_[A-Za-z0-9]{34}(?![A-Za-z0-9_])", check=_random_body(8)),
+    _shape("digitalocean-token", r"do[opr]_v1_[a-f0-9]{64}(?![A-Za-z0-9])"),
+    _shape("shopify-token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"),
+    _shape(
         "discord-bot-token",
-        _rx(
-            r"[MNO](?<![A-Za-z0-9_-][MNO])[A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\."
-            r"[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"
-        ),
+        r"[MNO](?<![A-Za-z0-9_-][MNO])[A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}"
+        r"(?![A-Za-z0-9_-])",
         check=_discord_check,
     ),
-    _Rule(
+    _keyed(
         "datadog-api-key",
-        _rx(
-            r"datadog[_.-]?(?:api|app)[_.-]?key"
-            rf"{_SEP}(?P<s>[a-f0-9]{{40}}|[a-f0-9]{{32}})(?![a-z0-9])"
-        ),
-        "s",
-        low=True,
+        r"(?:datadog|dd)[_.-]?(?:api|app)[_.-]?key",
+        r"(?:[a-f0-9]{40}|[a-f0-9]{32})(?![a-z0-9])",
     ),
-    _Rule(
-        "datadog-api-key",
-        _rx(rf"dd[_.-]?(?:api|app)[_.-]?key{_SEP}(?P<s>[a-f0-9]{{40}}|[a-f0-9]{{32}})(?![a-z0-9])"),
-        "s",
-        low=True,
-    ),
-    _Rule(
+    _keyed(
         "heroku-api-key",
-        _rx(
-            r"heroku[a-z0-9_.-]{0,30}?(?:api[_.-]?key|token|key|secret|password)"
-            rf"{_SEP}(?P<s>{_UUID})(?![a-z0-9-])"
-        ),
-        "s",
-        low=True,
+        r"heroku[a-z0-9_.-]{0,30}?(?:api[_.-]?key|token|key|secret|password)",
+        rf"{_UUID}(?![a-z0-9-])",
     ),
-    _Rule(
-        "heroku-api-key",
-        _rx(r"HRKU-(?<![A-Za-z0-9_-]HRKU-)[A-Za-z0-9_-]{60}(?![A-Za-z0-9_-])"),
-        check=_not_filler,
-    ),
+    _shape("heroku-api-key", r"HRKU-(?<![A-Za-z0-9_-]HRKU-)[A-Za-z0-9_-]{60}(?![A-Za-z0-9_-])"),
     _Rule(
         "jwt",
         _rx(
-            # The look-behind after the literal keeps the fast literal search and stops a rescan
-            # from every "eyJ" inside a long token.
             r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}"
             r"\.[A-Za-z0-9_-]{0,8192}(?![A-Za-z0-9_-])"
         ),
@@ -551,11 +447,11 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "bearer-token",
-        # The value of a headers dict: {"Authorization": "Bearer ..."}
+        # The value in a headers dict: {"Authorization": "Bearer ..."}
         _rx(r"bearer[ \t]+(?P<s>[a-z0-9._~+/=-]{8,8192})(?![a-z0-9._~+/=-])"),
         "s",
         check=_not_placeholder,
-        before=lambda c: c in ("\"", "'", "`"),
+        before=lambda c: c in ('"', "'", "`"),
         low=True,
     ),
     _Rule(
@@ -571,7 +467,7 @@ _RULES: tuple[_Rule, ...] = (
     *(
         _Rule(
             "basic-auth",
-            # curl -u user:password / --user user:password
+            # curl -u user:password, curl --user user:password
             _rx(rf"{flag}[ \t]+[\"']?[^\s:\"']{{1,256}}:(?P<s>[^\s\"']{{1,256}})"),
             "s",
             check=_not_placeholder,
@@ -579,29 +475,18 @@ _RULES: tuple[_Rule, ...] = (
         )
         for flag in ("-u", "--user")
     ),
-    _Rule(
-        "basic-auth",
-        # requests: auth=("user", "password")
-        _rx(
-            r"auth[ \t]*=[ \t]*\(?[ \t]*[\"'][^\"'\n]{1,256}[\"'][ \t]*,[ \t]*"
-            r"[\"'](?P<s>[^\"'\n]{1,256})[\"']"
-        ),
-        "s",
-        check=_auth_password,
-    ),
     *(
         _Rule(
             "basic-auth",
-            # HTTPBasicAuth("user", "password"), aiohttp.BasicAuth(...)
+            # requests' auth=("user", "password"), HTTPBasicAuth("user", "password")
             _rx(
-                rf"{name}\([ \t]*[\"'][^\"'\n]{{1,256}}[\"'][ \t]*,"
-                r"[ \t]*[\"'](?P<s>[^\"'\n]{1,256})[\"']"
+                rf"{call}[ \t]*[\"'][^\"'\n]{{1,256}}[\"'][ \t]*,[ \t]*[\"'](?P<s>[^\"'\n]{{1,256}})[\"']"
             ),
             "s",
             check=_auth_password,
             before=None,
         )
-        for name in ("BasicAuth", "DigestAuth")
+        for call in (r"auth[ \t]*=[ \t]*\(?", r"BasicAuth\(", r"DigestAuth\(")
     ),
     _Rule(
         "url-password",
