@@ -107,6 +107,7 @@ class Memory:
         self.db = Database(settings.db_path)
         self._embedder = embedder
         self._model_checked = False
+        self._model_mismatch: str | None = None
         if not fts.index_exists(self.db):
             fts.rebuild(self.db)
 
@@ -165,7 +166,7 @@ class Memory:
 
     def _require_model_match(self) -> Embedder:
         embedder = self.embedder
-        if getattr(self, "_model_mismatch", None):
+        if self._model_mismatch:
             raise ModelMismatchError(
                 f"{self._model_mismatch}: run Memory.reembed() or `nbmemory doctor --repair` first"
             )

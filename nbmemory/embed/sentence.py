@@ -133,9 +133,12 @@ class SentenceTransformerEmbedder:
             ) from exc
 
     def _compute_fingerprint(self) -> str:
-        base = f"{self._name}|dim={self._dim}|q={self.query_prefix}|d={self.document_prefix}"
-        if self._path is not None and self._path.is_dir():
-            base += "|" + _fingerprint_dir(self._path)
+        # Local weights are identified by their content, so the same model copied to another
+        # folder keeps its vectors; a hub name is identified by the name alone.
+        source = (
+            _fingerprint_dir(self._path) if self._path is not None and self._path.is_dir() else self._name
+        )
+        base = f"{source}|dim={self._dim}|q={self.query_prefix}|d={self.document_prefix}"
         return hashlib.sha256(base.encode()).hexdigest()[:20]
 
     @property

@@ -164,7 +164,13 @@ def _not_filler(value: str) -> bool:
 # --- placeholders ----------------------------------------------------------------------------
 
 _PLACEHOLDER_WORDS = frozenset(
-    ["changeme", "changeit", "password", "passwd", "passphrase", "pass", "pw", "pwd", "mypassword", "mypass", "secret", "secrets", "token", "apitoken", "authtoken", "accesstoken", "apikey", "accesskey", "secretkey", "privatekey", "clientsecret", "credential", "credentials", "example", "sample", "placeholder", "redacted", "masked", "hidden", "dummy", "fake", "test", "testing", "none", "null", "nil", "undefined", "true", "false", "yes", "default", "empty", "notset", "unset", "todo", "tbd", "fixme", "required", "optional", "string", "str", "bytes", "secretstr", "secretbytes", "value", "foo", "bar", "baz", "foobar"]
+    (
+        "changeme changeit password passwd passphrase pass pw pwd mypassword mypass secret secrets "
+        "token apitoken authtoken accesstoken apikey accesskey secretkey privatekey clientsecret "
+        "credential credentials example sample placeholder redacted masked hidden dummy fake test "
+        "testing none null nil undefined true false yes default empty notset unset todo tbd fixme "
+        "required optional string str bytes secretstr secretbytes value foo bar baz foobar"
+    ).split()
 )
 _PLACEHOLDER_RE = re.compile(
     r"""
@@ -479,9 +485,7 @@ _RULES: tuple[_Rule, ...] = (
         _Rule(
             "basic-auth",
             # requests' auth=("user", "password"), HTTPBasicAuth("user", "password")
-            _rx(
-                rf"{call}[ \t]*[\"'][^\"'\n]{{1,256}}[\"'][ \t]*,[ \t]*[\"'](?P<s>[^\"'\n]{{1,256}})[\"']"
-            ),
+            _rx(rf"{call}[ \t]*[\"'][^\"'\n]{{1,256}}[\"'][ \t]*,[ \t]*[\"'](?P<s>[^\"'\n]{{1,256}})[\"']"),
             "s",
             check=_auth_password,
             before=None,
@@ -530,10 +534,10 @@ def _key_tail_candidates(text: str, low: str) -> Iterator[_Cand]:
                 break
             line_start = text.rfind("\n", max(0, line_end - 1 - 4096), line_end - 1) + 1
             # The last line of the key material may be short: "AbCd==".
-            line_re = _KEY_LAST_LINE_RE if i == 0 else _KEY_LINE_RE
-            if not (line_re.fullmatch(text, line_start, line_end - 1) or (
-                i == 0 and _KEY_LINE_RE.fullmatch(text, line_start, line_end - 1)
-            )):
+            if not (
+                _KEY_LINE_RE.fullmatch(text, line_start, line_end - 1)
+                or (i == 0 and _KEY_LAST_LINE_RE.fullmatch(text, line_start, line_end - 1))
+            ):
                 break
             start = line_end = line_start
         if start < m.start():
@@ -550,7 +554,7 @@ _ASSIGN_RE = _rx(
 _VALUE_RE = _rx(
     r"(?P<pre>[rRbBuU]{0,2})(?:\"(?P<dq>(?:[^\"\\\n]|\\.){0,512})\""
     r"|'(?P<sq>(?:[^'\\\n]|\\.){0,512})')"
-    r"|(?P<bare>[^\s\"'`=][^\s\"'`]{0,511})"
+    r"|(?P<bare>[^\s\"'`=][^\s\"'`]{0,255})"
 )
 _ASSIGN_NEEDS = ("pass", "pwd", "secret", "token", "key")
 # Keys that end in a keyword but never hold a credential: tokenizer special tokens, paging.
@@ -584,8 +588,7 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
     for m in _ASSIGN_RE.finditer(low):
         kw_start, kw_end = m.span("kw")
         if kw_start < consumed:
-            continue  # inside the value of the previous key: each character is read once
-        consumed = m.end()
+            continue  # inside a value already redacted: `password=token=...` is one value
         # The key is the identifier that ends with the keyword: DB_PASSWORD, --api-key, x.token.
         key_start = kw_start
         limit = max(0, kw_start - 64)
@@ -610,7 +613,6 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
         vm = _VALUE_RE.match(text, m.end())
         if vm is None:
             continue
-        consumed = vm.end()
         strong = kw.startswith("pass") or kw == "pwd"
         bare = vm.group("bare")
         if bare is None:
@@ -619,6 +621,7 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
             if "r" in vm.group("pre").lower():
                 continue  # a raw string: a regex, not a credential
             if _quoted_ok(value, strong):
+                consumed = vm.end()
                 yield vm.start(group), vm.end(group), "password-assignment"
             continue
         if opener and opener in "?&;":
@@ -626,6 +629,7 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
         value = bare.rstrip(",;)]}")
         context = _BareContext(text, key_start, key_quoted, sep, raw_sep != sep, value != bare)
         if _bare_ok(value, strong, context, vm.start("bare")):
+            consumed = vm.end()
             yield vm.start("bare"), vm.start("bare") + len(value), "password-assignment"
 
 
@@ -640,9 +644,9 @@ class _BareContext:
 
 
 def _common_ok(value: str, strong: bool) -> bool:
-    if len(value) < (6 if strong else 8) or _is_placeholder(value) or _PUBLIC_RE.match(value):
+    if len(value) < (6 if strong else 8) or "://" in value or "==" in value:
         return False
-    if _PATH_RE.match(value) or "://" in value or "==" in value:
+    if _PATH_RE.match(value) or _PUBLIC_RE.match(value) or _is_placeholder(value):
         return False
     if strong:
         return True
@@ -683,7 +687,7 @@ def _bare_ok(value: str, strong: bool, ctx: _BareContext, start: int) -> bool:
         prefix = text[line_start:key_start]
         if _LINE_PREFIX_RE.fullmatch(prefix):
             return True
-        key = text[key_start : start].rstrip("= \t")
+        key = text[key_start:start].rstrip("= \t")
         return key.isupper() and prefix.endswith((" ", "\t")) and bool(prefix.strip())
     if ctx.sep == ":":
         if ctx.key_quoted or _TYPE_NAME_RE.fullmatch(value):
@@ -802,7 +806,7 @@ def _looks_random(value: str) -> bool:
             return False
         if sum(len(p) for p in parts if len(p) >= 3 and p.isalpha()) >= 0.5 * len(value):
             return False
-    sequential = sum(ord(b) - ord(a) == 1 for a, b in zip(value, value[1:], strict=False))
+    sequential = sum(ord(value[i + 1]) - ord(value[i]) == 1 for i in range(len(value) - 1))
     if sequential > 0.3 * len(value):
         return False  # ABCDEFGHIJ...
     return not _base64_prose(value)

@@ -107,7 +107,7 @@ class SearchResult:
                     "text": h.text,
                 }
             )
-        schema = {
+        schema: dict[str, Any] = {
             "rank": pl.Int64,
             "id": pl.Int64,
             "score": pl.Float64,

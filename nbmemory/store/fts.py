@@ -33,11 +33,12 @@ DELTA_REBUILD_FRACTION = 0.05
 def _state(db: Database) -> tuple[bool, int]:
     # Cached per open file: only this process can write it (DuckDB's file lock), and every
     # change of the snapshot goes through rebuild(), which resets the cache.
-    state = db.cache.get("fts")
-    if state is None:
-        state = (db.table_exists("dict", schema=FTS_SCHEMA), int(db.get_meta("fts_seq", "0") or 0))
-        db.cache["fts"] = state
-    return state  # type: ignore[no-any-return]
+    cached = db.cache.get("fts")
+    if isinstance(cached, tuple):
+        return cached
+    state = (db.table_exists("dict", schema=FTS_SCHEMA), int(db.get_meta("fts_seq", "0") or 0))
+    db.cache["fts"] = state
+    return state
 
 
 def index_exists(db: Database) -> bool:

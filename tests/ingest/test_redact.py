@@ -75,9 +75,7 @@ _context = iter(range(10**6))
 
 def shaped(kind: str, *secrets: str) -> list[Case]:
     """Each secret in the next context of SHAPE_CONTEXTS, round robin."""
-    return [
-        Case(kind, s, SHAPE_CONTEXTS[next(_context) % len(SHAPE_CONTEXTS)].format(s=s)) for s in secrets
-    ]
+    return [Case(kind, s, SHAPE_CONTEXTS[next(_context) % len(SHAPE_CONTEXTS)].format(s=s)) for s in secrets]
 
 
 def in_contexts(kind: str, secret: str, *templates: str) -> list[Case]:
@@ -170,9 +168,7 @@ def build_positives() -> list[Case]:
     cases += in_contexts("azure-storage-key", azure[2], 'conn = "AccountName=x;AccountKey={s}"')
     cases += shaped("twilio-api-key", "SK" + rand(HEX, 32), "SK" + rand(HEX, 32))
     cases += in_contexts("twilio-api-key", rand(HEX, 32), "TWILIO_AUTH_TOKEN={s}")
-    cases += shaped(
-        "sendgrid-api-key", *(f"SG.{rand(URLSAFE, 22)}.{rand(URLSAFE, 43)}" for _ in range(3))
-    )
+    cases += shaped("sendgrid-api-key", *(f"SG.{rand(URLSAFE, 22)}.{rand(URLSAFE, 43)}" for _ in range(3)))
     cases += shaped("mailgun-api-key", "key-" + rand(HEX, 32), "key-" + rand(HEX, 32))
     cases += in_contexts(
         "mailgun-api-key", f"{rand(HEX, 32)}-{rand(HEX, 8)}-{rand(HEX, 8)}", "MAILGUN_API_KEY={s}"
@@ -234,21 +230,31 @@ def build_positives() -> list[Case]:
         "bearer-token", rand(URLSAFE + ".~", 48), 'headers = {{"authorization": "bearer {s}"}}'
     )
     cases += in_contexts(
-        "bearer-token", rand(ALNUM, 32), "GET /v1/me HTTP/1.1\nHost: api.example.com\nAuthorization: Bearer {s}\n"
+        "bearer-token",
+        rand(ALNUM, 32),
+        "GET /v1/me HTTP/1.1\nHost: api.example.com\nAuthorization: Bearer {s}\n",
     )
     basic = base64.b64encode(b"admin:" + rand(ALNUM, 12).encode()).decode()
     cases += in_contexts("basic-auth", basic, "Authorization: Basic {s}")
     cases += in_contexts("basic-auth", "S3cr3t-Pa55", "curl -u admin:{s} https://ci.example.com/api/json")
     cases += in_contexts("basic-auth", "Tr0ub4dor&3", 'requests.get(url, auth=("admin", "{s}"))')
-    cases += in_contexts("url-password", "hunter2pass", "DATABASE_URL=postgres://admin:{s}@db.internal:5432/app")
     cases += in_contexts(
-        "url-password", "Xk9-p2Lq77", 'client = MongoClient("mongodb+srv://svc:{s}@cluster0.abcde.mongodb.net/test")'
+        "url-password", "hunter2pass", "DATABASE_URL=postgres://admin:{s}@db.internal:5432/app"
+    )
+    cases += in_contexts(
+        "url-password",
+        "Xk9-p2Lq77",
+        'client = MongoClient("mongodb+srv://svc:{s}@cluster0.abcde.mongodb.net/test")',
     )
     cases += in_contexts("url-password", "s3cr3tRedis!", "cache:\n  url: redis://:{s}@cache:6379/0\n")
-    cases += in_contexts("url-password", "Gu3st-Pw-2024", "Connected to amqp://guest:{s}@rabbit:5672/ in 0.2s")
+    cases += in_contexts(
+        "url-password", "Gu3st-Pw-2024", "Connected to amqp://guest:{s}@rabbit:5672/ in 0.2s"
+    )
     cases += in_contexts("password-assignment", "Tr0ub4dor&3", 'DB_PASSWORD = "{s}"')
     cases += in_contexts("password-assignment", "ohS0secret!", "SMTP_PASS={s}\nSMTP_PORT=587\n")
-    cases += in_contexts("password-assignment", "hunter2pass", "database:\n  user: app\n  password: hunter2pass\n")
+    cases += in_contexts(
+        "password-assignment", "hunter2pass", "database:\n  user: app\n  password: hunter2pass\n"
+    )
     cases += in_contexts("password-assignment", "p@ssW0rd-2024", '{{"user": "svc", "password": "{s}"}}')
     cases += in_contexts("password-assignment", rand(HEX, 32), 'export API_TOKEN="{s}"')
     cases += in_contexts(
@@ -258,13 +264,13 @@ def build_positives() -> list[Case]:
         "password-assignment", "mysecretpassword", "docker run -e POSTGRES_PASSWORD={s} -d postgres:16"
     )
     cases += in_contexts("password-assignment", "Sup3rS3cret", "mysql --password={s} analytics")
-    cases += in_contexts(
-        "password-assignment", rand(HEX, 48), "    http://localhost:8888/lab?token={s}\n"
-    )
+    cases += in_contexts("password-assignment", rand(HEX, 48), "    http://localhost:8888/lab?token={s}\n")
     cases += in_contexts(
         "password-assignment", "django-insecure-8#k2!x@v$w^z&q*r(t)y_u+i=o-p", "SECRET_KEY = '{s}'"
     )
-    cases += in_contexts("password-assignment", "s3cr3t!", "[smtp]\nhost = mail.example.com\npassword = {s}\n")
+    cases += in_contexts(
+        "password-assignment", "s3cr3t!", "[smtp]\nhost = mail.example.com\npassword = {s}\n"
+    )
     cases += in_contexts("password-assignment", "Pa55w0rd!2024", "Connecting with password=Pa55w0rd!2024 ...")
     cases += in_contexts("password-assignment", "Wint3r-is-coming", "## Staging\n\nThe admin passwd: {s}\n")
     for template in (
@@ -498,7 +504,11 @@ def test_private_key_whose_begin_is_in_another_chunk_is_redacted_up_to_its_end()
 
 def test_service_account_json_keeps_everything_but_the_key() -> None:
     key = pem("PRIVATE KEY")
-    account = {"type": "service_account", "private_key": key + "\n", "client_email": "svc@p.iam.gserviceaccount.com"}
+    account = {
+        "type": "service_account",
+        "private_key": key + "\n",
+        "client_email": "svc@p.iam.gserviceaccount.com",
+    }
     result = redact(json.dumps(account))
     assert json.loads(result.text) == {
         "type": "service_account",
@@ -509,7 +519,9 @@ def test_service_account_json_keeps_everything_but_the_key() -> None:
 
 def test_only_the_value_of_an_assignment_is_replaced() -> None:
     assert redact('DB_PASSWORD = "Tr0ub4dor&3"').text == 'DB_PASSWORD = "[REDACTED:password-assignment]"'
-    assert redact("  password: hunter2pass  # prod").text == "  password: [REDACTED:password-assignment]  # prod"
+    assert (
+        redact("  password: hunter2pass  # prod").text == "  password: [REDACTED:password-assignment]  # prod"
+    )
     assert redact("export API_TOKEN=a8f5f167f44f4964e6c998dee827110c").text == (
         "export API_TOKEN=[REDACTED:password-assignment]"
     )
