@@ -288,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("reembed", cmd_reembed, "re-embed every item with the current model")
 
     add("demo", cmd_demo, "index the bundled sample corpus into a fresh demo store and run example searches")
+
+    from nbmemory.eval.cli import add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 

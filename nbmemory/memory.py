@@ -145,7 +145,10 @@ class Memory:
                 self.db.set_meta("model_name", embedder.name)
                 self.db.set_meta("model_dim", embedder.dim)
             vectors.create_index(self.db)
-        elif stored != embedder.fingerprint:
+        elif stored == embedder.fingerprint:
+            # A load killed while the index was dropped (vectors.bulk_load) left none: rebuild.
+            vectors.ensure_index(self.db)
+        else:
             name = self.db.get_meta("model_name")
             message = (
                 f"memory file {self.path} holds vectors from model {name!r} "
@@ -279,9 +282,28 @@ class Memory:
                 raise ConfigError(f"text {i} is empty: nothing was stored")
         if not 0.0 <= importance <= 1.0:
             raise ConfigError(f"importance must be between 0 and 1, got {importance}")
-        embedder = self._require_model_match()
+        self._require_model_match()
         ns = namespace or self.settings.namespace
         clean_tags = _clean_tags(tags)
+        with vectors.bulk_load(self.db, vectors.is_bulk(self.db, len(texts))):
+            ids = self._remember_batches(
+                texts, ns, clean_tags, importance, sources, headings, batch_size, progress
+            )
+        self._after_bulk_write(len(ids), 0)
+        return ids
+
+    def _remember_batches(
+        self,
+        texts: Sequence[str],
+        ns: str,
+        clean_tags: list[str],
+        importance: float,
+        sources: Sequence[str | None] | None,
+        headings: Sequence[str] | None,
+        batch_size: int,
+        progress: Callable[[int], None] | None,
+    ) -> list[int]:
+        embedder = self._require_model_match()
         ids: list[int] = []
         for start in range(0, len(texts), batch_size):
             rows = [
@@ -301,7 +323,6 @@ class Memory:
                 ids += chunk_rows.insert(self.db, rows, vecs, utcnow())
             if progress is not None:
                 progress(len(rows))
-        self._after_bulk_write(len(ids), 0)
         return ids
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:

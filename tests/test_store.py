@@ -206,3 +206,24 @@ def test_hnsw_is_derived_data_rebuilt_from_vectors(fake_mem: Memory) -> None:
     vectors.compact_index(fake_mem.db)
     result = fake_mem.search("item on topic", k=10)
     assert len(result.hits) == 10 and all(h.id in {i.id for i in items[30:]} for h in result.hits)
+
+
+def test_bulk_loads_rebuild_the_hnsw_index_once_and_a_lost_index_is_rebuilt_on_open(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(vectors, "BULK_MIN", 50)
+    path = tmp_path / "m.duckdb"
+    dropped = []
+    real_drop = vectors.drop_index
+    monkeypatch.setattr(vectors, "drop_index", lambda db: (dropped.append(1), real_drop(db)))
+    with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:
+        ids = mem.remember_many([f"bulk item {i} about topic {i % 9}" for i in range(200)])
+        assert dropped, "a bulk load should drop the index while it loads"
+        assert vectors.index_exists(mem.db)
+        assert ids[17] in mem.search("bulk item 17 about topic 8", k=3).ids
+        # As if the process had died in the middle of a bulk load.
+        real_drop(mem.db)
+    with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:
+        mem.search("bulk item", k=1)
+        assert vectors.index_exists(mem.db)
+        assert mem.doctor().ok

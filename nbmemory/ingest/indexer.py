@@ -23,6 +23,7 @@ from nbmemory.errors import BadFileError
 from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.redact import redact
 from nbmemory.store import chunks as chunk_rows
+from nbmemory.store import vectors
 from nbmemory.store.db import Database, utcnow
 
 if TYPE_CHECKING:
@@ -143,12 +144,38 @@ class Indexer:
                 [namespace],
             )
         }
-        seen: set[str] = set()
+        with vectors.bulk_load(self.db, self._is_bulk(files, known)):
+            self._index_files(files, namespace, known, report)
+        self._remove_missing(roots, namespace, known, {str(f) for f in files}, report)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _is_bulk(self, files: list[Path], known: dict[str, tuple[int, str, float, int, object]]) -> bool:
+        # Cheap estimate from stat alone: new or touched files, at ~4 chunks each.
+        touched = 0
+        for file in files:
+            entry = known.get(str(file))
+            if entry is None:
+                touched += 1
+                continue
+            try:
+                st = file.stat()
+            except OSError:
+                continue
+            touched += entry[2] != st.st_mtime or entry[3] != st.st_size
+        return vectors.is_bulk(self.db, 4 * touched)
+
+    def _index_files(
+        self,
+        files: list[Path],
+        namespace: str,
+        known: dict[str, tuple[int, str, float, int, object]],
+        report: IndexReport,
+    ) -> None:
         pending: list[_FilePlan] = []
         pending_chunks = 0
         for done, file in enumerate(files, start=1):
             path = str(file)
-            seen.add(path)
             report.files_seen += 1
             if self.progress:
                 self.progress(done, len(files), path)
@@ -162,9 +189,6 @@ class Indexer:
                 pending, pending_chunks = [], 0
         if pending:
             self._commit(pending, namespace, report)
-        self._remove_missing(roots, namespace, known, seen, report)
-        report.seconds = time.perf_counter() - start
-        return report
 
     # -- planning: read, hash, chunk, redact ----------------------------------------------
     def _plan(

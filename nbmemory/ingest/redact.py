@@ -163,15 +163,15 @@ def _not_filler(value: str) -> bool:
 
 # --- placeholders ----------------------------------------------------------------------------
 
-_PLACEHOLDER_WORDS = frozenset(
-    (
-        "changeme changeit password passwd passphrase pass pw pwd mypassword mypass secret secrets "
-        "token apitoken authtoken accesstoken apikey accesskey secretkey privatekey clientsecret "
-        "credential credentials example sample placeholder redacted masked hidden dummy fake test "
-        "testing none null nil undefined true false yes default empty notset unset todo tbd fixme "
-        "required optional string str bytes secretstr secretbytes value foo bar baz foobar"
-    ).split()
+# Values that name a secret instead of being one (compared lower-cased, letters and digits only).
+_PLACEHOLDER_TEXT = (
+    "changeme changeit password passwd passphrase pass pw pwd mypassword mypass secret secrets "
+    "token apitoken authtoken accesstoken apikey accesskey secretkey privatekey clientsecret "
+    "credential credentials example sample placeholder redacted masked hidden dummy fake test "
+    "testing none null nil undefined true false yes default empty notset unset todo tbd fixme "
+    "required optional string str bytes secretstr secretbytes value foo bar baz foobar"
 )
+_PLACEHOLDER_WORDS = frozenset(_PLACEHOLDER_TEXT.split())
 _PLACEHOLDER_RE = re.compile(
     r"""
     (?: <[^<>]*>                       # <your-password>
@@ -554,7 +554,8 @@ _ASSIGN_RE = _rx(
 _VALUE_RE = _rx(
     r"(?P<pre>[rRbBuU]{0,2})(?:\"(?P<dq>(?:[^\"\\\n]|\\.){0,512})\""
     r"|'(?P<sq>(?:[^'\\\n]|\\.){0,512})')"
-    r"|(?P<bare>[^\s\"'`=][^\s\"'`]{0,255})"
+    # A bare value stops at brackets: `token = client.login(password="...")` has two keys.
+    r"|(?P<bare>[^\s\"'`=()\[\]{}][^\s\"'`()\[\]{}]{0,255})"
 )
 _ASSIGN_NEEDS = ("pass", "pwd", "secret", "token", "key")
 # Keys that end in a keyword but never hold a credential: tokenizer special tokens, paging.
@@ -574,7 +575,6 @@ _LINE_PREFIX_RE = _rx(
     r"|[\"']?"
 )
 _CODE_START = tuple("$%@*&!|>\\<")
-_CODE_CHARS = frozenset("()[]{}")
 _PATH_RE = _rx(r"~?/|\.\.?/|[A-Za-z]:\\")
 _NAME_WORD_RE = _rx(r"(?i:token|secret|api[_.-]?key|password)")
 # Publishable keys are public by design.
@@ -588,7 +588,7 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
     for m in _ASSIGN_RE.finditer(low):
         kw_start, kw_end = m.span("kw")
         if kw_start < consumed:
-            continue  # inside a value already redacted: `password=token=...` is one value
+            continue  # inside the previous value: each character is examined once
         # The key is the identifier that ends with the keyword: DB_PASSWORD, --api-key, x.token.
         key_start = kw_start
         limit = max(0, kw_start - 64)
@@ -613,6 +613,7 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
         vm = _VALUE_RE.match(text, m.end())
         if vm is None:
             continue
+        consumed = vm.end()
         strong = kw.startswith("pass") or kw == "pwd"
         bare = vm.group("bare")
         if bare is None:
@@ -621,15 +622,15 @@ def _assignment_candidates(text: str, low: str) -> Iterator[_Cand]:
             if "r" in vm.group("pre").lower():
                 continue  # a raw string: a regex, not a credential
             if _quoted_ok(value, strong):
-                consumed = vm.end()
                 yield vm.start(group), vm.end(group), "password-assignment"
             continue
         if opener and opener in "?&;":
             bare = re.split(r"[&#]", bare, maxsplit=1)[0]
-        value = bare.rstrip(",;)]}")
-        context = _BareContext(text, key_start, key_quoted, sep, raw_sep != sep, value != bare)
+        value = bare.rstrip(",;")
+        # `f(password=pw)`, `password=pw,`: a keyword argument, not a .env line
+        trailing = value != bare or text[vm.end() : vm.end() + 1] in (")", "]", "}")
+        context = _BareContext(text, key_start, key_quoted, sep, raw_sep != sep, trailing)
         if _bare_ok(value, strong, context, vm.start("bare")):
-            consumed = vm.end()
             yield vm.start("bare"), vm.start("bare") + len(value), "password-assignment"
 
 
@@ -664,8 +665,10 @@ def _quoted_ok(value: str, strong: bool) -> bool:
 
 
 def _bare_ok(value: str, strong: bool, ctx: _BareContext, start: int) -> bool:
-    if not value or value.startswith(_CODE_START) or not _CODE_CHARS.isdisjoint(value):
+    if not value or value.startswith(_CODE_START):
         return False
+    if ctx.text[start + len(value) : start + len(value) + 1] in ("(", "["):
+        return False  # a call or a subscript: os.getenv("X"), os.environ["X"]
     if _DOTTED_RE.fullmatch(value) or (not strong and value.isdigit()):
         return False  # config.password, process.env.TOKEN, max_token = 1000000
     if not _common_ok(value, strong):

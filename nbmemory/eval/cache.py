@@ -1,0 +1,197 @@
+"""Caches that make evaluation reruns take seconds.
+
+* **Document vectors**, per (model fingerprint, dataset, text hash), in
+  ``<root>/embeddings/<fingerprint>/<dataset>/block-*.npz``. Each block is written to a temporary
+  file and renamed, so an interrupted run keeps every finished block and resumes after it.
+* **Stores**: a fully indexed evaluation store per (dataset, corpus hash, model fingerprint,
+  nbmemory schema version, index options), in ``<root>/stores/``; see
+  :mod:`nbmemory.eval.harness`.
+
+``<root>`` is ``$NBMEMORY_CACHE/eval`` when ``NBMEMORY_CACHE`` is set, else
+``~/.cache/nbmemory/eval``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from nbmemory.embed.base import Embedder, ProgressFn
+
+#: Texts embedded (and written to the cache) per block.
+BLOCK = 1024
+
+
+def cache_root() -> Path:
+    """``$NBMEMORY_CACHE/eval``, or ``~/.cache/nbmemory/eval`` when it is unset."""
+    raw = os.environ.get("NBMEMORY_CACHE")
+    base = Path(raw).expanduser() if raw else Path.home() / ".cache" / "nbmemory"
+    return base / "eval"
+
+
+def text_key(text: str) -> bytes:
+    """sha256 of the exact text the embedder sees."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "_"
+
+
+class VectorCache:
+    """Cached document vectors of one model for one dataset.
+
+    Parameters
+    ----------
+    fingerprint:
+        The embedder's fingerprint (vectors of two fingerprints never mix).
+    dataset:
+        A dataset name; part of the folder name.
+    dim:
+        Vector size; blocks of another size are ignored.
+    root:
+        Cache root (default :func:`cache_root`).
+    """
+
+    def __init__(self, fingerprint: str, dataset: str, dim: int, root: Path | None = None) -> None:
+        self.dir = (root or cache_root()) / "embeddings" / _safe(fingerprint) / _safe(dataset)
+        self.dim = dim
+        self._index: dict[bytes, tuple[int, int]] = {}
+        self._blocks: list[np.ndarray] = []
+        if self.dir.exists():
+            for path in sorted(self.dir.glob("block-*.npz")):
+                try:
+                    with np.load(path) as data:
+                        keys, vecs = data["keys"], data["vecs"]
+                except (OSError, ValueError, KeyError):
+                    continue
+                if vecs.ndim != 2 or vecs.shape[1] != dim or len(keys) != len(vecs):
+                    continue
+                self._add(keys, vecs)
+
+    def _add(self, keys: np.ndarray, vecs: np.ndarray) -> None:
+        number = len(self._blocks)
+        self._blocks.append(vecs)
+        for row, key in enumerate(keys):
+            self._index[key.tobytes()] = (number, row)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._index
+
+    def get(self, key: bytes) -> np.ndarray | None:
+        """The vector for a text key, or None."""
+        loc = self._index.get(key)
+        return None if loc is None else self._blocks[loc[0]][loc[1]]
+
+    def put(self, keys: Sequence[bytes], vecs: np.ndarray) -> None:
+        """Write one block (atomically) and index it."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        name = f"block-{time.time_ns()}-{os.getpid()}"
+        tmp = self.dir / f".{name}.tmp.npz"
+        np.savez(tmp, keys=raw, vecs=vecs)
+        os.replace(tmp, self.dir / f"{name}.npz")
+        self._add(raw, vecs)
+
+
+class CachedEmbedder:
+    """An :class:`~nbmemory.embed.Embedder` whose document vectors come from a :class:`VectorCache`.
+
+    Missing texts are embedded by the wrapped model, longest-first sorted into blocks (less
+    padding per batch on CPU), and written to the cache block by block. Queries always run the
+    real model, so measured latency includes the query embedding. ``name``, ``fingerprint`` and
+    ``dim`` are the wrapped model's: a store built through this wrapper is the same as one
+    built with the model itself.
+
+    Parameters
+    ----------
+    inner:
+        The real embedder.
+    dataset:
+        Dataset name for the cache key.
+    root:
+        Cache root (default :func:`cache_root`).
+    log:
+        Called with progress lines while embedding.
+    """
+
+    def __init__(
+        self,
+        inner: Embedder,
+        dataset: str,
+        root: Path | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.cache = VectorCache(inner.fingerprint, dataset, inner.dim, root)
+        self.log = log
+        self.embedded = 0
+        self.served = 0
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self.inner, "device", "cpu"))
+
+    def prefill(self, texts: Sequence[str]) -> int:
+        """Embed and cache every text not cached yet; returns how many were embedded."""
+        missing: dict[bytes, str] = {}
+        for text in texts:
+            key = text_key(text)
+            if key not in self.cache and key not in missing:
+                missing[key] = text
+        if not missing:
+            return 0
+        todo = sorted(missing.items(), key=lambda kv: -len(kv[1]))
+        started = time.perf_counter()
+        done = 0
+        if self.log:
+            self.log(f"embedding {len(todo)} texts ({len(set(texts)) - len(todo)} cached) on {self.device}")
+        for start in range(0, len(todo), BLOCK):
+            part = todo[start : start + BLOCK]
+            vecs = self.inner.embed_documents([t for _, t in part])
+            self.cache.put([k for k, _ in part], vecs)
+            done += len(part)
+            if self.log:
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                eta = (len(todo) - done) / max(rate, 1e-9)
+                self.log(f"  {done}/{len(todo)} embedded, {rate:.1f} texts/s, eta {eta / 60:.1f} min")
+        self.embedded += len(todo)
+        return len(todo)
+
+    def embed_documents(self, texts: Sequence[str], progress: ProgressFn | None = None) -> np.ndarray:
+        self.prefill(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            vec = self.cache.get(text_key(text))
+            if vec is None:  # pragma: no cover - prefill guarantees it
+                raise RuntimeError("embedding cache lost a vector it just wrote")
+            out[i] = vec
+        self.served += len(texts)
+        if progress is not None:
+            progress(len(texts))
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)

@@ -1,0 +1,567 @@
+"""Run named search configurations over a BEIR collection, through the public Memory API.
+
+How a BEIR collection becomes a memory
+--------------------------------------
+Every document is stored with :meth:`nbmemory.Memory.remember_many`, exactly as a user's
+remembered text is: ``sources`` = the BEIR document id, ``headings`` = the document title,
+text = the document body. So the title is BM25's heading field (counted at the heading weight,
+0.3) and is prepended to the body for the embedder (``"title\\nbody"``). With
+``title="body"`` the title is put at the start of the body instead (one BM25 field, as
+Pyserini's flat index does); the embedder sees the same text either way.
+
+Documents are not chunked by default (``chunking="none"``): the published baselines score whole
+documents, BM25 sees all of a document's words and all-MiniLM-L6-v2 reads its first 256 word
+pieces. With ``chunking="maxp"`` a document longer than the chunk cap is cut by the ingest
+chunker (:func:`nbmemory.ingest.chunking.chunk_text`) and scored by its best chunk (max-P): the
+search returns chunks, and a document takes the rank of its first chunk.
+
+Retrieval runs ``Memory.search(query, k, config=PipelineConfig(...), log=False)`` per query and
+times it end to end (query embedding included; the vector stage's own ``embed_ms`` is kept
+apart). Metrics come from :mod:`nbmemory.eval.metrics` (``pytrec_eval``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from nbmemory.embed.base import Embedder
+from nbmemory.errors import ConfigError
+from nbmemory.eval.beir import BeirDataset, load
+from nbmemory.eval.cache import CachedEmbedder, cache_root
+from nbmemory.eval.metrics import evaluate, rank_run
+from nbmemory.ingest.chunking import MAX_CHARS, chunk_text
+from nbmemory.memory import Memory
+from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.store.migrations import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import polars as pl
+
+LogFn = Callable[[str], None]
+
+#: The configurations every evaluation knows by name.
+BASE_CONFIG_NAMES = ("bm25", "vector", "rrf", "default")
+#: PipelineConfig fields that are not stage toggles.
+_CORE_FIELDS = {"retrievers", "depth", "rrf_k", "weights"}
+_NAMESPACE = "eval"
+
+
+def base_configs() -> dict[str, PipelineConfig]:
+    """``bm25`` and ``vector`` alone, ``rrf`` (both, equal weights, k=60), ``default``."""
+    return {
+        "bm25": PipelineConfig(retrievers=("bm25",)),
+        "vector": PipelineConfig(retrievers=("vector",)),
+        "rrf": PipelineConfig(retrievers=("bm25", "vector"), rrf_k=60, weights={"bm25": 1.0, "vector": 1.0}),
+        "default": PipelineConfig(),
+    }
+
+
+def stage_toggles() -> dict[str, PipelineConfig]:
+    """One configuration per boolean stage switch of :class:`PipelineConfig`, flipped from default.
+
+    Found by introspection, so stages added later are evaluated without changes here:
+    ``default+mmr`` turns on a stage that is off by default, ``default-mmr`` turns off one
+    that is on. Empty while the pipeline has no such switches.
+    """
+    default = PipelineConfig()
+    out: dict[str, PipelineConfig] = {}
+    for f in dataclasses.fields(PipelineConfig):
+        if f.name in _CORE_FIELDS:
+            continue
+        value = getattr(default, f.name)
+        if isinstance(value, bool):
+            name = f"default{'-' if value else '+'}{f.name}"
+            out[name] = dataclasses.replace(default, **{f.name: not value})
+    return out
+
+
+def resolve_configs(
+    configs: str | Sequence[str] | Mapping[str, PipelineConfig] | None = None,
+) -> dict[str, PipelineConfig]:
+    """Named configurations from names (``"bm25,vector"``, ``"all"``) or a ready mapping.
+
+    ``all`` means the four base configurations plus every stage toggle.
+    """
+    if isinstance(configs, Mapping):
+        if not configs:
+            raise ConfigError("no configurations given")
+        return dict(configs)
+    if configs is None:
+        names: list[str] = list(BASE_CONFIG_NAMES)
+    elif isinstance(configs, str):
+        names = [c.strip() for c in configs.split(",") if c.strip()]
+    else:
+        names = list(configs)
+    known = {**base_configs(), **stage_toggles()}
+    out: dict[str, PipelineConfig] = {}
+    for name in names:
+        if name == "all":
+            out.update(known)
+        elif name in known:
+            out[name] = known[name]
+        else:
+            raise ConfigError(f"unknown configuration {name!r}: use one of {', '.join([*known, 'all'])}")
+    if not out:
+        raise ConfigError("no configurations given")
+    return out
+
+
+def make_embedder(model: str | None = None, device: str | None = None) -> Embedder:
+    """The embedder for an evaluation: a sentence-transformers model, or ``"fake"`` for plumbing.
+
+    ``device=None`` picks CUDA when torch sees a GPU (batch 256) and the CPU otherwise (batch 64).
+    """
+    if model == "fake":
+        from nbmemory.embed.fake import FakeEmbedder
+
+        return FakeEmbedder(dim=64, tag="eval")
+    from nbmemory.config import DEFAULT_MODEL
+    from nbmemory.embed.sentence import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(model or DEFAULT_MODEL, device=device)
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """How BEIR documents become stored items.
+
+    Parameters
+    ----------
+    title:
+        ``"heading"``: the title is the heading field (BM25 weight 0.3, prepended for the
+        embedder). ``"body"``: the title starts the body text (one BM25 field, like Pyserini).
+    chunking:
+        ``"none"``: one item per document. ``"maxp"``: documents over ``max_chars`` are cut by
+        the ingest chunker and a document is scored by its best chunk.
+    max_chars:
+        Chunk cap for ``"maxp"``.
+    """
+
+    title: Literal["heading", "body"] = "heading"
+    chunking: Literal["none", "maxp"] = "none"
+    max_chars: int = MAX_CHARS
+
+    def __post_init__(self) -> None:
+        if self.title not in ("heading", "body"):
+            raise ConfigError(f"title must be 'heading' or 'body', not {self.title!r}")
+        if self.chunking not in ("none", "maxp"):
+            raise ConfigError(f"chunking must be 'none' or 'maxp', not {self.chunking!r}")
+        if self.max_chars < 100:
+            raise ConfigError(f"max_chars must be at least 100, got {self.max_chars}")
+
+
+@dataclass
+class StoreInfo:
+    """The evaluation store and what building it cost."""
+
+    path: Path
+    documents: int
+    items: int
+    reused: bool
+    build_s: float = 0.0
+    embed_s: float = 0.0
+    embedded: int = 0
+    skipped_empty: int = 0
+
+
+@dataclass
+class ConfigRun:
+    """One configuration's results on one dataset."""
+
+    name: str
+    config: PipelineConfig
+    overall: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    ranked: dict[str, list[str]]
+    latency_ms: dict[str, float]
+    embed_ms: dict[str, float]
+    hits: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def run(self) -> dict[str, dict[str, float]]:
+        """The ranking as a ``{qid: {docid: 1/rank}}`` run."""
+        return rank_run(self.ranked)
+
+    def latency(self) -> dict[str, float]:
+        """p50 / p95 of end-to-end search time and of search time without the query embedding."""
+        total = np.array(list(self.latency_ms.values()) or [np.nan])
+        embed = np.array([self.embed_ms.get(q, 0.0) for q in self.latency_ms] or [np.nan])
+        rest = total - embed
+        return {
+            "p50_ms": float(np.percentile(total, 50)),
+            "p95_ms": float(np.percentile(total, 95)),
+            "search_p50_ms": float(np.percentile(rest, 50)),
+            "search_p95_ms": float(np.percentile(rest, 95)),
+        }
+
+
+@dataclass
+class BeirResult:
+    """Everything one :func:`evaluate_beir` call measured."""
+
+    dataset: str
+    model: str
+    fingerprint: str
+    device: str
+    k: int
+    options: IndexOptions
+    store: StoreInfo
+    queries: int
+    runs: dict[str, ConfigRun]
+    wall_s: float
+    limits: dict[str, int | None] = field(default_factory=dict)
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+
+    def table(self) -> pl.DataFrame:
+        """One row per configuration: metrics and latency."""
+        from nbmemory.eval.report import results_table
+
+        return results_table([self])
+
+    def per_query(self) -> pl.DataFrame:
+        """One row per (configuration, query) with every metric."""
+        from nbmemory.eval.report import per_query_table
+
+        return per_query_table([self])
+
+    def hits(self) -> pl.DataFrame:
+        """One row per returned document (top ``k``) with retriever ranks, scores and relevance."""
+        from nbmemory.eval.report import hits_table
+
+        return hits_table([self])
+
+    def to_dict(self, per_query: bool = True) -> dict[str, Any]:
+        """JSON-ready summary (per-query metrics included unless ``per_query=False``)."""
+        from nbmemory.eval.report import result_to_dict
+
+        return result_to_dict(self, per_query=per_query)
+
+
+def _stderr(message: str) -> None:
+    print(time.strftime("%H:%M:%S"), message, file=sys.stderr, flush=True)
+
+
+def _code_hash() -> str:
+    # Store and ingest code decides what an indexed store holds: a change there rebuilds it.
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    files = [root / "memory.py", *sorted((root / "store").glob("*.py"))]
+    files += [root / "ingest" / "redact.py", root / "ingest" / "chunking.py", root / "ingest" / "text.py"]
+    for file in files:
+        if file.exists():
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def items_for(dataset: BeirDataset, options: IndexOptions) -> tuple[list[str], list[str], list[str], int]:
+    """Texts, sources (doc ids) and headings to store for a dataset, and how many docs were empty."""
+    texts: list[str] = []
+    sources: list[str] = []
+    headings: list[str] = []
+    skipped = 0
+    for doc in dataset.corpus.values():
+        title, body = doc.title.strip(), doc.text.strip()
+        if options.title == "body" or not body:
+            # "title\nbody" is also what the embedder sees in heading mode: same vectors.
+            body, title = "\n".join(p for p in (title, body) if p), ""
+        if not body:
+            skipped += 1
+            continue
+        if options.chunking == "maxp" and len(body) > options.max_chars:
+            pieces = [c.text for c in chunk_text(doc.id, body, "text", options.max_chars)]
+        else:
+            pieces = [body]
+        for piece in pieces:
+            texts.append(piece)
+            sources.append(doc.id)
+            headings.append(title)
+    return texts, sources, headings, skipped
+
+
+def _store_key(dataset: BeirDataset, embedder: Embedder, options: IndexOptions) -> str:
+    parts = [
+        dataset.name,
+        dataset.corpus_hash(),
+        embedder.fingerprint,
+        f"schema{SCHEMA_VERSION}",
+        _code_hash(),
+        options.title,
+        options.chunking,
+        str(options.max_chars),
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def build_store(
+    dataset: BeirDataset,
+    embedder: Embedder,
+    path: Path,
+    options: IndexOptions = IndexOptions(),
+    log: LogFn | None = None,
+) -> StoreInfo:
+    """Index a dataset into a new store at ``path`` with ``Memory.remember_many``."""
+    texts, sources, headings, skipped = items_for(dataset, options)
+    from nbmemory.store.chunks import embedding_text
+
+    started = time.perf_counter()
+    embed_s = 0.0
+    embedded = 0
+    if isinstance(embedder, CachedEmbedder):
+        # Embedding first (sorted by length, cached block by block), so storing reads the cache.
+        t0 = time.perf_counter()
+        embedded = embedder.prefill([embedding_text(h, t) for h, t in zip(headings, texts, strict=True)])
+        embed_s = time.perf_counter() - t0
+    if log:
+        log(f"storing {len(texts)} items from {len(dataset.corpus)} documents into {path.name}")
+    with Memory(path, embedder=embedder, namespace=_NAMESPACE) as mem:
+        mem.remember_many(texts, sources=sources, headings=headings, namespace=_NAMESPACE, batch_size=1024)
+        items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+    return StoreInfo(
+        path=path,
+        documents=len(dataset.corpus) - skipped,
+        items=items,
+        reused=False,
+        build_s=time.perf_counter() - started,
+        embed_s=embed_s,
+        embedded=embedded,
+        skipped_empty=skipped,
+    )
+
+
+def prepare_store(
+    dataset: BeirDataset,
+    embedder: Embedder,
+    options: IndexOptions = IndexOptions(),
+    cache: bool = True,
+    workdir: Path | None = None,
+    log: LogFn | None = None,
+) -> StoreInfo:
+    """A store holding the dataset: reused from the store cache when possible, else built.
+
+    With ``cache=False`` the store is built in ``workdir`` (a fresh temporary folder by default)
+    and nothing is reused.
+    """
+    if not cache:
+        folder = workdir or Path(tempfile.mkdtemp(prefix="nbmemory-eval-"))
+        return build_store(dataset, embedder, folder / f"{dataset.name}.duckdb", options, log)
+    stores = cache_root() / "stores"
+    stores.mkdir(parents=True, exist_ok=True)
+    key = _store_key(dataset, embedder, options)
+    final = stores / f"{dataset.name}-{key}.duckdb"
+    marker = final.with_suffix(".json")
+    if final.exists() and marker.exists():
+        meta = json.loads(marker.read_text(encoding="utf-8"))
+        if log:
+            log(f"reusing the indexed store {final}")
+        return StoreInfo(
+            path=final,
+            documents=int(meta["documents"]),
+            items=int(meta["items"]),
+            reused=True,
+            skipped_empty=int(meta.get("skipped_empty", 0)),
+        )
+    building = stores / f".{dataset.name}-{key}.{os.getpid()}.building.duckdb"
+    for stale in (building, Path(f"{building}.wal")):
+        stale.unlink(missing_ok=True)
+    info = build_store(dataset, embedder, building, options, log)
+    os.replace(building, final)
+    if Path(f"{building}.wal").exists():
+        os.replace(f"{building}.wal", f"{final}.wal")
+    info.path = final
+    meta = {
+        "dataset": dataset.name,
+        "documents": info.documents,
+        "items": info.items,
+        "skipped_empty": info.skipped_empty,
+        "model": embedder.name,
+        "fingerprint": embedder.fingerprint,
+        "schema": SCHEMA_VERSION,
+        "options": dataclasses.asdict(options),
+        "build_s": round(info.build_s, 2),
+    }
+    marker.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return info
+
+
+def run_config(
+    mem: Memory,
+    name: str,
+    config: PipelineConfig,
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    k: int = 100,
+    chunked: bool = False,
+    keep_hits: bool = True,
+) -> ConfigRun:
+    """Search every query with one configuration and score the ranking.
+
+    Parameters
+    ----------
+    mem:
+        The evaluation store.
+    k:
+        Documents per query that are scored (100 for Recall@100).
+    chunked:
+        Items are chunks: fetch ``3 * k`` and keep each document's best-ranked chunk (max-P).
+    keep_hits:
+        Keep one record per returned document (ranks, scores, relevance) for diagnostics.
+    """
+    fetch = 3 * k if chunked else k
+    ranked: dict[str, list[str]] = {}
+    latency: dict[str, float] = {}
+    embed: dict[str, float] = {}
+    records: list[dict[str, Any]] = []
+    if queries:
+        # One untimed search first: model, index pages and caches warm up outside the figures.
+        mem.search(next(iter(queries.values())), k=fetch, config=config, log=False)
+    for qid, text in queries.items():
+        started = time.perf_counter()
+        result = mem.search(text, k=fetch, config=config, log=False)
+        latency[qid] = (time.perf_counter() - started) * 1000
+        stage = result.trace.stage("vector")
+        embed[qid] = float(stage.notes.get("embed_ms", 0.0)) if stage is not None else 0.0
+        docs: list[str] = []
+        seen: set[str] = set()
+        judged = qrels.get(qid, {})
+        for hit in result.hits:
+            doc = hit.source or ""
+            if doc in seen:
+                continue
+            seen.add(doc)
+            docs.append(doc)
+            if keep_hits:
+                records.append(
+                    {
+                        "query_id": qid,
+                        "doc_id": doc,
+                        "rank": len(docs),
+                        "score": float(hit.score),
+                        "bm25_rank": hit.ranks.get("bm25"),
+                        "vector_rank": hit.ranks.get("vector"),
+                        "bm25_score": hit.retriever_scores.get("bm25"),
+                        "vector_sim": hit.retriever_scores.get("vector"),
+                        "relevance": int(judged.get(doc, 0)),
+                    }
+                )
+            if len(docs) == k:
+                break
+        ranked[qid] = docs
+    overall, per_query = evaluate(qrels, rank_run(ranked))
+    return ConfigRun(name, config, overall, per_query, ranked, latency, embed, records)
+
+
+def evaluate_beir(
+    data: str | os.PathLike[str] | BeirDataset,
+    configs: str | Sequence[str] | Mapping[str, PipelineConfig] | None = None,
+    *,
+    model: str | None = None,
+    device: str | None = None,
+    embedder: Embedder | None = None,
+    k: int = 100,
+    limit_queries: int | None = None,
+    limit_docs: int | None = None,
+    options: IndexOptions = IndexOptions(),
+    cache: bool = True,
+    keep_hits: bool = True,
+    log: LogFn | None = _stderr,
+) -> BeirResult:
+    """Evaluate search configurations on a BEIR collection.
+
+    Parameters
+    ----------
+    data:
+        A BEIR folder or an already loaded :class:`BeirDataset`.
+    configs:
+        Names (``"bm25,vector,rrf,default"``, ``"all"``) or ``{name: PipelineConfig}``.
+    model, device:
+        The embedding model (default: the bundled all-MiniLM-L6-v2; ``"fake"`` for plumbing
+        checks) and device (default: CUDA when present, else CPU).
+    embedder:
+        Use this embedder instead of loading ``model``.
+    k:
+        Ranking depth scored per query.
+    limit_queries, limit_docs:
+        Evaluate a slice (see :func:`nbmemory.eval.beir.load`).
+    options:
+        How documents are stored (title handling, chunking).
+    cache:
+        Reuse cached document vectors and indexed stores (``$NBMEMORY_CACHE/eval`` or
+        ``~/.cache/nbmemory/eval``). With ``False`` nothing is read from or written to the cache.
+    keep_hits:
+        Keep per-document records for :mod:`nbmemory.eval.diagnostics`.
+    log:
+        Progress lines (default: stderr); ``None`` for silence.
+
+    Returns
+    -------
+    BeirResult
+    """
+    started = time.perf_counter()
+    if k <= 0:
+        raise ConfigError(f"k must be greater than 0, got {k}")
+    named = resolve_configs(configs)
+    dataset = data if isinstance(data, BeirDataset) else load(data, "test", limit_queries, limit_docs)
+    if log:
+        log(dataset.describe())
+    inner = embedder or make_embedder(model, device)
+    wrapped: Embedder = CachedEmbedder(inner, dataset.name, log=log) if cache else inner
+    workdir = None if cache else Path(tempfile.mkdtemp(prefix="nbmemory-eval-"))
+    try:
+        info = prepare_store(dataset, wrapped, options, cache=cache, workdir=workdir, log=log)
+        runs: dict[str, ConfigRun] = {}
+        with Memory(info.path, embedder=wrapped, namespace=_NAMESPACE) as mem:
+            for name, config in named.items():
+                t0 = time.perf_counter()
+                runs[name] = run_config(
+                    mem,
+                    name,
+                    config,
+                    dataset.queries,
+                    dataset.qrels,
+                    k=k,
+                    chunked=options.chunking == "maxp",
+                    keep_hits=keep_hits,
+                )
+                if log:
+                    lat = runs[name].latency()
+                    log(
+                        f"{dataset.name} {name}: ndcg@10 {runs[name].overall['ndcg@10']:.4f} "
+                        f"p50 {lat['p50_ms']:.1f} ms ({time.perf_counter() - t0:.1f} s)"
+                    )
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return BeirResult(
+        dataset=dataset.name,
+        model=inner.name,
+        fingerprint=inner.fingerprint,
+        device=str(getattr(inner, "device", "cpu")),
+        k=k,
+        options=options,
+        store=info,
+        queries=len(dataset.queries),
+        runs=runs,
+        wall_s=time.perf_counter() - started,
+        limits=dict(dataset.limits),
+        qrels=dataset.qrels,
+    )
+
+
+def evaluate_many(
+    paths: Iterable[str | os.PathLike[str]], configs: str | Sequence[str] | None = None, **kwargs: Any
+) -> list[BeirResult]:
+    """:func:`evaluate_beir` on several datasets with the same settings."""
+    return [evaluate_beir(p, configs, **kwargs) for p in paths]
