@@ -36,9 +36,21 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
             )
         )
     table = results_table(results)
-    print(to_markdown(table.select(
-        "dataset", "config", "ndcg@10", "recall@10", "recall@100", "map@10", "mrr@10", "p50_ms", "p95_ms"
-    )))
+    print(
+        to_markdown(
+            table.select(
+                "dataset",
+                "config",
+                "ndcg@10",
+                "recall@10",
+                "recall@100",
+                "map@10",
+                "mrr@10",
+                "p50_ms",
+                "p95_ms",
+            )
+        )
+    )
     first = results[0]
     print(
         f"\nmodel {first.model} ({first.fingerprint}) on {first.device}; k={first.k}; "
@@ -46,8 +58,14 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
     )
     for res in results:
         store = res.store
-        how = "reused" if store.reused else f"built in {store.build_s:.1f} s (embedding {store.embed_s:.1f} s, {store.embedded} texts)"
-        print(f"{res.dataset}: {store.documents} documents, {store.items} items, store {how}; run {res.wall_s:.1f} s")
+        how = (
+            "reused"
+            if store.reused
+            else f"built in {store.build_s:.1f} s (embedding {store.embed_s:.1f} s, {store.embedded} texts)"
+        )
+        print(
+            f"{res.dataset}: {store.documents} documents, {store.items} items, store {how}; run {res.wall_s:.1f} s"
+        )
     if args.json:
         write_json({"results": [r.to_dict(per_query=not args.no_per_query) for r in results]}, args.json)
         print(f"wrote {args.json}")
@@ -101,7 +119,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     text = "evaluate configurations on BEIR folders: NDCG@10, Recall@10/@100, MAP@10, MRR@10, latency"
     p = inner.add_parser("beir", help=text, description=text)
-    p.add_argument("--data", nargs="+", required=True, help="BEIR folders (corpus.jsonl, queries.jsonl, qrels/test.tsv)")
+    p.add_argument(
+        "--data", nargs="+", required=True, help="BEIR folders (corpus.jsonl, queries.jsonl, qrels/test.tsv)"
+    )
     common(p, "bm25,vector,rrf,default")
     p.add_argument("-k", type=int, default=100, help="ranking depth scored per query (default 100)")
     p.add_argument("--limit-queries", type=int, help="evaluate only the first N judged queries")

@@ -326,36 +326,20 @@ class Indexer:
         report.vectors_reused += len(new_rows) - len(to_embed)
         now = utcnow()
         with self.db.transaction():
+            fresh = [plan for plan in plans if plan.doc_id is None]
+            for plan, doc_id in zip(fresh, chunk_rows.allocate(self.db, "doc_ids", len(fresh)), strict=True):
+                plan.doc_id = doc_id
+            chunk_rows.write_documents(
+                self.db,
+                [
+                    (plan.doc_id, namespace, plan.path, plan.kind, plan.digest, plan.mtime, plan.size)
+                    for plan in plans
+                    if plan.doc_id is not None
+                ],
+                new_ids={plan.doc_id for plan in fresh},
+                now=now,
+            )
             for plan in plans:
-                if plan.doc_id is None:
-                    plan.doc_id = chunk_rows.allocate(self.db, "doc_ids", 1)[0]
-                    self.db.execute(
-                        "INSERT INTO documents (id, namespace, path, kind, content_hash, mtime, "
-                        "size, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            plan.doc_id,
-                            namespace,
-                            plan.path,
-                            plan.kind,
-                            plan.digest,
-                            plan.mtime,
-                            plan.size,
-                            now,
-                        ],
-                    )
-                else:
-                    self.db.execute(
-                        "UPDATE documents SET content_hash = ?, mtime = ?, size = ?, "
-                        "indexed_at = ?, kind = ? WHERE id = ?",
-                        [
-                            plan.digest,
-                            plan.mtime,
-                            plan.size,
-                            now,
-                            plan.kind,
-                            plan.doc_id,
-                        ],
-                    )
                 for row in plan.rows:
                     row.doc_id = plan.doc_id
             # Old chunks whose text no longer occurs in their file.
@@ -367,19 +351,7 @@ class Indexer:
                 for cid in ids
             ]
             chunk_rows.purge(self.db, gone)
-            for cid, row in keep:
-                self.db.execute(
-                    "UPDATE chunks SET ordinal = ?, cell_id = ?, cell_index = ?, line_start = ?, "
-                    "line_end = ? WHERE id = ?",
-                    [
-                        row.ordinal,
-                        row.cell_id,
-                        row.cell_index,
-                        row.line_start,
-                        row.line_end,
-                        cid,
-                    ],
-                )
+            chunk_rows.update_positions(self.db, keep)
             rows = [row for _, row in new_rows]
             vecs = (
                 np.stack([reusable[r.hash] for r in rows])

@@ -169,7 +169,8 @@ _PLACEHOLDER_TEXT = (
     "token apitoken authtoken accesstoken apikey accesskey secretkey privatekey clientsecret "
     "credential credentials example sample placeholder redacted masked hidden dummy fake test "
     "testing none null nil undefined true false yes default empty notset unset todo tbd fixme "
-    "required optional string str bytes secretstr secretbytes value foo bar baz foobar"
+    "required optional string str bytes secretstr secretbytes value foo bar baz foobar "
+    "attribute property field parameter argument variable"
 )
 _PLACEHOLDER_WORDS = frozenset(_PLACEHOLDER_TEXT.split())
 _PLACEHOLDER_RE = re.compile(
@@ -565,7 +566,8 @@ _DENY_KEY_RE = _rx(
     r"|.*public.*"
 )
 _IDENT_RE = _rx(r"[A-Za-z_][A-Za-z0-9_]*")
-_DOTTED_RE = _rx(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+# An attribute or import path: config.password, process.env.TOKEN, pkg.module:Class
+_DOTTED_RE = _rx(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_.]*)?")
 # `password: SecretStr` is a type annotation, not YAML.
 _TYPE_NAME_RE = _rx(r"(?:[A-Z]+[a-z]+)+[A-Z]*")
 # What may precede KEY=value at the start of a line in .env, shell, Dockerfile, compose files.
@@ -661,7 +663,7 @@ def _quoted_ok(value: str, strong: bool) -> bool:
         return False
     if ("{" in value and "}" in value) or ("[" in value and "]" in value):
         return False  # a format template or a regex
-    return _common_ok(value, strong)
+    return not _DOTTED_RE.fullmatch(value) and _common_ok(value, strong)
 
 
 def _bare_ok(value: str, strong: bool, ctx: _BareContext, start: int) -> bool:

@@ -121,6 +121,81 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
     return ids
 
 
+def _with_table(db: Database, name: str, table: Any, sql: str, params: list[Any] | None = None) -> None:
+    with db.lock:
+        db.con.register(name, table)
+        try:
+            db.con.execute(sql, params or [])
+        finally:
+            db.con.unregister(name)
+
+
+def write_documents(
+    db: Database,
+    docs: list[tuple[int, str, str, str, str, float, int]],
+    new_ids: set[int],
+    now: datetime,
+) -> None:
+    """Insert new document rows and update changed ones, one statement each (caller's transaction).
+
+    ``docs`` holds (id, namespace, path, kind, content hash, mtime, size).
+    """
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("namespace", pa.string()),
+            ("path", pa.string()),
+            ("kind", pa.string()),
+            ("content_hash", pa.string()),
+            ("mtime", pa.float64()),
+            ("size", pa.int64()),
+        ]
+    )
+    for is_new in (True, False):
+        part = [d for d in docs if (d[0] in new_ids) == is_new]
+        if not part:
+            continue
+        table = pa.Table.from_pylist([dict(zip(schema.names, d, strict=True)) for d in part], schema=schema)
+        if is_new:
+            sql = (
+                "INSERT INTO documents (id, namespace, path, kind, content_hash, mtime, size, indexed_at) "
+                "SELECT id, namespace, path, kind, content_hash, mtime, size, ? FROM _nbm_docs"
+            )
+        else:
+            sql = (
+                "UPDATE documents SET content_hash = t.content_hash, mtime = t.mtime, size = t.size, "
+                "kind = t.kind, indexed_at = ? FROM _nbm_docs t WHERE documents.id = t.id"
+            )
+        _with_table(db, "_nbm_docs", table, sql, [now])
+
+
+def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
+    """Move kept chunks to their new place in the file (ordinal, cell, line range)."""
+    if not keep:
+        return
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "id": pa.array([cid for cid, _ in keep], pa.int64()),
+            "ordinal": pa.array([r.ordinal for _, r in keep], pa.int32()),
+            "cell_id": pa.array([r.cell_id for _, r in keep], pa.string()),
+            "cell_index": pa.array([r.cell_index for _, r in keep], pa.int32()),
+            "line_start": pa.array([r.line_start for _, r in keep], pa.int32()),
+            "line_end": pa.array([r.line_end for _, r in keep], pa.int32()),
+        }
+    )
+    _with_table(
+        db,
+        "_nbm_pos",
+        table,
+        "UPDATE chunks SET ordinal = t.ordinal, cell_id = t.cell_id, cell_index = t.cell_index, "
+        "line_start = t.line_start, line_end = t.line_end FROM _nbm_pos t WHERE chunks.id = t.id",
+    )
+
+
 def purge(db: Database, chunk_ids: list[int]) -> None:
     """Hard-delete chunks (replaced file content) with their vectors, postings and links."""
     if not chunk_ids:

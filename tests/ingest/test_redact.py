@@ -325,6 +325,10 @@ NEGATIVES = [
     "msg = 'dGhlIHF1aWNrIGJyb3du'",
     "quote = 'VGhlc2UgYXJlbid0IHRoZSBkcm9pZHMgeW91J3JlIGxvb2tpbmcgZm9y'",
     "model = SentenceTransformer('sentence-transformers/all-MiniLM-L6-v2')",
+    'llm = AutoModelForCausalLM.from_pretrained("HuggingFaceH4/zephyr-orpo-141b-A35b-v0.1")',
+    "@misc{wen2025matryoshkarevisitingsparsecoding, title={Beyond Matryoshka}}",
+    '"pwd": "IPython.core.magics.osm:OSMagics",',
+    "tornado.httpclient.HTTPRequest.auth_password: attribute",
     "arn:aws:iam::123456789012:role/service-role/MyLambdaExecutionRole",
     'marker = "[REDACTED:github-token]" if leaked else ""',
     # URLs without passwords
@@ -397,9 +401,8 @@ def test_every_labelled_secret_is_removed_and_counted_under_its_kind() -> None:
 
 
 def test_no_look_alike_is_redacted() -> None:
-    flagged = [(text[:60], redact(text).counts) for text in NEGATIVES if redact(text).total]
-    assert flagged == []
-    assert all(redact(text).text == text for text in NEGATIVES)
+    results = {text: redact(text) for text in NEGATIVES}
+    assert [(text[:60], r.counts) for text, r in results.items() if r.total or r.text != text] == []
 
 
 def test_planted_aws_github_private_key_and_database_url() -> None:
@@ -472,7 +475,8 @@ def test_markers_are_never_nested_or_garbled() -> None:
     result = redact(text)
     assert result.total == sum(result.counts.values()) == len(MARKER.findall(result.text))
     assert set(MARKER.findall(result.text)) <= set(KINDS)
-    assert "[REDACTED:[" not in result.text and "]]" not in result.text.replace('"]]', "")
+    # Outside whole markers, no piece of a marker is left.
+    assert "REDACTED" not in MARKER.sub("", result.text)
     assert all(c.secret not in result.text for c in POSITIVES)
 
 
@@ -517,6 +521,11 @@ def test_service_account_json_keeps_everything_but_the_key() -> None:
     }
 
 
+def test_a_key_inside_a_call_assigned_to_another_key_is_still_found() -> None:
+    result = redact('token = client.login(user="ada", password="Hunt3r-pass!")')
+    assert result.text == 'token = client.login(user="ada", password="[REDACTED:password-assignment]")'
+
+
 def test_only_the_value_of_an_assignment_is_replaced() -> None:
     assert redact('DB_PASSWORD = "Tr0ub4dor&3"').text == 'DB_PASSWORD = "[REDACTED:password-assignment]"'
     assert (
@@ -538,6 +547,7 @@ def test_empty_and_clean_text_come_back_unchanged() -> None:
     assert redact("just words").total == 0
 
 
+@settings(deadline=None)
 @given(st.text())
 def test_redact_never_raises_and_is_idempotent_on_arbitrary_text(text: str) -> None:
     once = redact(text)
@@ -549,7 +559,7 @@ def test_redact_never_raises_and_is_idempotent_on_arbitrary_text(text: str) -> N
             assert text[s:e] not in once.text
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.text(), st.sampled_from(POSITIVES), st.text())
 def test_a_secret_surrounded_by_arbitrary_text_never_survives(before: str, case: Case, after: str) -> None:
     text = f"{before}\n{case.text}\n{after}"

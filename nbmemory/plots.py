@@ -1,0 +1,290 @@
+"""Diagnostics as Altair charts. Every function returns an ``alt.Chart`` and never displays it.
+
+The search charts read a :class:`~nbmemory.SearchResult`'s trace: the ``bm25`` and ``vector``
+stages hold every candidate each retriever returned (ids best first, raw scores) and the ``rrf``
+stage the fused top-k with the RRF constant and weights in its notes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import polars as pl
+
+from nbmemory.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nbmemory.search.pipeline import SearchResult
+
+__all__ = [
+    "candidate_frame",
+    "contribution",
+    "distance_relevance",
+    "rank_scatter",
+    "score_distributions",
+]
+
+RETRIEVERS = ("bm25", "vector")
+WIDTH = 360
+HEIGHT = 300
+
+
+def _title(text: str, query: str) -> alt.TitleParams:
+    shown = query if len(query) <= 60 else query[:57] + "..."
+    return alt.TitleParams(text, subtitle=f"query: {shown}", anchor="start")
+
+
+def candidate_frame(result: SearchResult) -> pl.DataFrame:
+    """One row per candidate any retriever returned, with each retriever's rank and raw score.
+
+    Parameters
+    ----------
+    result:
+        A search result; its trace must hold the retriever stages.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``id``, ``bm25_rank``, ``vector_rank`` (null where that retriever did not return the item),
+        ``bm25_score``, ``vector_score``, ``fused_rank`` (null outside the top-k), ``in_top_k``,
+        ``found_by`` (``both``, ``bm25 only``, ``vector only``) and ``snippet`` (top-k only).
+    """
+    stages = {name: result.trace.stage(name) for name in RETRIEVERS}
+    present = {name: s for name, s in stages.items() if s is not None}
+    if not present:
+        raise ConfigError("the result's trace has no bm25 or vector stage: pass a result from Memory.search")
+    fused = result.trace.stage("rrf")
+    fused_rank = {doc: r for r, doc in enumerate(fused.output if fused else result.ids, start=1)}
+    snippets = {h.id: h.snippet for h in result.hits}
+    ids: list[int] = []
+    for stage in present.values():
+        ids += [i for i in stage.output if i not in ids]
+    ranks = {name: {doc: r for r, doc in enumerate(s.output, start=1)} for name, s in present.items()}
+    rows = []
+    for doc in ids:
+        by = [name for name in RETRIEVERS if doc in ranks.get(name, {})]
+        rows.append(
+            {
+                "id": doc,
+                "bm25_rank": ranks.get("bm25", {}).get(doc),
+                "vector_rank": ranks.get("vector", {}).get(doc),
+                "bm25_score": present["bm25"].scores.get(doc) if "bm25" in present else None,
+                "vector_score": present["vector"].scores.get(doc) if "vector" in present else None,
+                "fused_rank": fused_rank.get(doc),
+                "in_top_k": doc in fused_rank,
+                "found_by": "both" if len(by) == 2 else f"{by[0]} only",
+                "snippet": snippets.get(doc, ""),
+            }
+        )
+    schema = {
+        "id": pl.Int64,
+        "bm25_rank": pl.Int64,
+        "vector_rank": pl.Int64,
+        "bm25_score": pl.Float64,
+        "vector_score": pl.Float64,
+        "fused_rank": pl.Int64,
+        "in_top_k": pl.Boolean,
+        "found_by": pl.Utf8,
+        "snippet": pl.Utf8,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def rank_scatter(result: SearchResult) -> alt.Chart:
+    """BM25 rank against vector rank for every candidate of one query.
+
+    An item one retriever did not return is drawn just past that retriever's depth, so keyword-only
+    and vector-only finds line up along the edges; filled points made the fused top-k.
+
+    Parameters
+    ----------
+    result:
+        A search result from :meth:`Memory.search` (both retrievers).
+
+    Returns
+    -------
+    altair.Chart
+    """
+    frame = candidate_frame(result)
+    depth = max(frame["bm25_rank"].max() or 0, frame["vector_rank"].max() or 0, 1)
+    missing = int(depth) + 1
+    plotted = frame.with_columns(
+        pl.col("bm25_rank").fill_null(missing),
+        pl.col("vector_rank").fill_null(missing),
+        pl.col("in_top_k").replace_strict({True: "fused top-k", False: "not in top-k"}, return_dtype=pl.Utf8),
+    )
+    scale = alt.Scale(domain=[0, missing + 1], nice=False)
+    return (
+        alt.Chart(plotted, title=_title(f"BM25 rank vs vector rank (missed = {missing})", result.query))
+        .mark_point(filled=True, size=70, opacity=0.8)
+        .encode(
+            x=alt.X("bm25_rank:Q", title="BM25 rank", scale=scale),
+            y=alt.Y("vector_rank:Q", title="vector rank", scale=scale),
+            color=alt.Color("found_by:N", title="found by", sort=["both", "bm25 only", "vector only"]),
+            shape=alt.Shape("in_top_k:N", title="fused"),
+            tooltip=["id:Q", "found_by:N", "fused_rank:Q", "bm25_rank:Q", "vector_rank:Q", "snippet:N"],
+        )
+        .properties(width=WIDTH, height=HEIGHT)
+    )
+
+
+def score_distributions(result: SearchResult) -> alt.Chart:
+    """Histogram of each retriever's raw scores over its candidates, top-k hits coloured.
+
+    BM25 scores and cosine similarities live on different scales, so each retriever gets its own
+    panel and x axis.
+
+    Parameters
+    ----------
+    result:
+        A search result from :meth:`Memory.search`.
+
+    Returns
+    -------
+    altair.Chart
+    """
+    frame = candidate_frame(result)
+    parts = []
+    for name in RETRIEVERS:
+        part = frame.filter(pl.col(f"{name}_rank").is_not_null()).select(
+            pl.lit(name).alias("retriever"),
+            pl.col(f"{name}_score").alias("score"),
+            pl.col("in_top_k"),
+        )
+        parts.append(part)
+    long = pl.concat(parts)
+    return (
+        alt.Chart(long, title=_title("Score distribution per retriever", result.query))
+        .mark_bar()
+        .encode(
+            x=alt.X("score:Q", bin=alt.Bin(maxbins=20), title="raw score"),
+            y=alt.Y("count():Q", title="candidates"),
+            color=alt.Color("in_top_k:N", title="in fused top-k"),
+            column=alt.Column("retriever:N", title=None),
+            tooltip=["retriever:N", "count():Q"],
+        )
+        .resolve_scale(x="independent")
+        .properties(width=WIDTH // 2 + 40, height=HEIGHT - 80)
+    )
+
+
+def contribution(result: SearchResult) -> alt.Chart:
+    """Each retriever's share of every fused top-k item's RRF score (stacked bars).
+
+    The share of retriever ``r`` is ``weight_r / (k + rank_r)``, the term it adds to the fused
+    score, with ``k`` and the weights read from the trace's ``rrf`` stage.
+
+    Parameters
+    ----------
+    result:
+        A search result from :meth:`Memory.search`.
+
+    Returns
+    -------
+    altair.Chart
+    """
+    fused = result.trace.stage("rrf")
+    if fused is None:
+        raise ConfigError("the result's trace has no rrf stage: pass a result from Memory.search")
+    rrf_k = int(fused.notes.get("k", 60))
+    weights: dict[str, float] = dict(fused.notes.get("weights", {}))
+    ranks: dict[str, dict[int, int]] = {}
+    for name in RETRIEVERS:
+        stage = result.trace.stage(name)
+        if stage is not None:
+            ranks[name] = {doc: r for r, doc in enumerate(stage.output, start=1)}
+    rows: list[dict[str, Any]] = []
+    labels = []
+    for position, doc in enumerate(fused.output, start=1):
+        label = f"{position}. #{doc}"
+        labels.append(label)
+        for name, by_doc in ranks.items():
+            if doc in by_doc:
+                rows.append(
+                    {
+                        "item": label,
+                        "id": doc,
+                        "retriever": name,
+                        "rank": by_doc[doc],
+                        "contribution": weights.get(name, 1.0) / (rrf_k + by_doc[doc]),
+                    }
+                )
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "item": pl.Utf8,
+            "id": pl.Int64,
+            "retriever": pl.Utf8,
+            "rank": pl.Int64,
+            "contribution": pl.Float64,
+        },
+    )
+    return (
+        alt.Chart(frame, title=_title(f"Contribution to the fused top-{len(labels)} (RRF k={rrf_k})", result.query))
+        .mark_bar()
+        .encode(
+            x=alt.X("contribution:Q", stack="zero", title="RRF score contribution"),
+            y=alt.Y("item:N", sort=labels, title="fused rank, item"),
+            color=alt.Color("retriever:N", title="retriever", sort=list(RETRIEVERS)),
+            order=alt.Order("retriever:N"),
+            tooltip=["item:N", "retriever:N", "rank:Q", alt.Tooltip("contribution:Q", format=".4f")],
+        )
+        .properties(width=WIDTH, height=max(120, 18 * len(labels)))
+    )
+
+
+def distance_relevance(frame: pl.DataFrame, bins: int = 10) -> alt.Chart:
+    """P(relevant) by vector-distance bin: how far a hit can be before it stops being useful.
+
+    Parameters
+    ----------
+    frame:
+        One row per judged (query, item) pair with a ``distance`` column (cosine distance) and a
+        ``relevant`` column (bool or 0/1).
+    bins:
+        Number of equal-width distance bins.
+
+    Returns
+    -------
+    altair.Chart
+        A line with points: ``distance`` (bin centre) on x, ``p_relevant`` on y, ``n`` (pairs per
+        bin) in the tooltip.
+    """
+    missing = [c for c in ("distance", "relevant") if c not in frame.columns]
+    if missing:
+        raise ConfigError(
+            f"distance_relevance needs columns distance and relevant; missing: {', '.join(missing)}"
+        )
+    if bins <= 0:
+        raise ConfigError(f"bins must be greater than 0, got {bins}")
+    data = frame.select(
+        pl.col("distance").cast(pl.Float64), pl.col("relevant").cast(pl.Float64)
+    ).drop_nulls()
+    if data.height == 0:
+        raise ConfigError("distance_relevance got no rows with both distance and relevant set")
+    low, high = float(data["distance"].min()), float(data["distance"].max())  # type: ignore[arg-type]
+    width = (high - low) / bins or 1.0
+    curve = (
+        data.with_columns(
+            ((pl.col("distance") - low) / width).floor().clip(0, bins - 1).cast(pl.Int64).alias("bin")
+        )
+        .group_by("bin")
+        .agg(pl.col("relevant").mean().alias("p_relevant"), pl.len().alias("n"))
+        .with_columns((low + (pl.col("bin") + 0.5) * width).alias("distance"))
+        .sort("bin")
+    )
+    return (
+        alt.Chart(curve, title=alt.TitleParams("P(relevant) by vector distance", anchor="start"))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("distance:Q", title="cosine distance (bin centre)"),
+            y=alt.Y("p_relevant:Q", title="P(relevant)", scale=alt.Scale(domain=[0, 1])),
+            tooltip=[
+                alt.Tooltip("distance:Q", format=".3f"),
+                alt.Tooltip("p_relevant:Q", format=".2f"),
+                "n:Q",
+            ],
+        )
+        .properties(width=WIDTH, height=HEIGHT - 60)
+    )
