@@ -18,6 +18,21 @@ from nbmemory.search.pipeline import PipelineConfig, SearchResult
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext nbmemory``: register the ``%mem*`` magics (imported only now, to keep this light)."""
+    from nbmemory.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext nbmemory``: close the Memory the magics opened."""
+    from nbmemory.magics import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
 __all__ = [
     "BadFileError",
     "ConfigError",

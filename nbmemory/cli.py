@@ -16,13 +16,11 @@ DESCRIPTION = "nbmemory: a local-first personal memory with hybrid (BM25 + vecto
 
 
 def _memory(args: argparse.Namespace, **kwargs: Any) -> Any:
-    from nbmemory.config import Settings
-    from nbmemory.memory import Memory
+    # connect(): when a Jupyter server or a kernel already owns the file, this CLI run becomes
+    # its client instead of failing on DuckDB's lock.
+    from nbmemory.remote import connect
 
-    settings = Settings()
-    if args.home:
-        settings = Settings(home=Path(args.home))
-    return Memory(args.db, model=args.model, settings=settings, progress=not args.quiet, **kwargs)
+    return connect(args.db, home=args.home, model=args.model, progress=not args.quiet, **kwargs)
 
 
 def _ranks(hit: Any) -> str:

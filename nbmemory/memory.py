@@ -235,8 +235,17 @@ class Memory:
         namespace: str | None = None,
         source: str | None = None,
         heading: str = "",
+        request_key: str | None = None,
     ) -> Item:
-        """Store a piece of text; it is found by the very next search."""
+        """Store a piece of text; it is found by the very next search.
+
+        ``request_key`` makes the call idempotent: a retry with the same key (a client whose
+        owner died after committing) returns the item stored the first time.
+        """
+        if request_key is not None:
+            earlier = self._answered(request_key)
+            if earlier is not None:
+                return self.get(int(earlier), touch=False)
         if not text or not text.strip():
             raise ConfigError("nothing to remember: the text is empty")
         if not 0.0 <= importance <= 1.0:
@@ -255,7 +264,19 @@ class Memory:
         vec = embedder.embed_documents([chunk_rows.embedding_text(row.heading, row.text)])
         with self.db.transaction():
             (new_id,) = chunk_rows.insert(self.db, [row], vec, utcnow())
+            self._record_answer(request_key, str(new_id))
         return self.get(new_id, touch=False)
+
+    def _answered(self, request_key: str) -> str | None:
+        row = self.db.fetchone("SELECT result FROM request_keys WHERE key = ?", [request_key])
+        return None if row is None else str(row[0])
+
+    def _record_answer(self, request_key: str | None, result: str) -> None:
+        if request_key is not None:
+            self.db.execute(
+                "INSERT INTO request_keys VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                [request_key, result, utcnow()],
+            )
 
     def remember_many(
         self,
@@ -268,10 +289,12 @@ class Memory:
         headings: Sequence[str] | None = None,
         batch_size: int = 512,
         progress: Callable[[int], None] | None = None,
+        request_key: str | None = None,
     ) -> list[int]:
         """Store many texts at once (batched embedding, one transaction per batch).
 
         Returns the new ids in input order. Empty texts are rejected before anything is written.
+        With ``request_key``, a retried call skips the batches already committed.
         """
         if sources is not None and len(sources) != len(texts):
             raise ConfigError(f"sources has {len(sources)} entries for {len(texts)} texts")
@@ -287,7 +310,7 @@ class Memory:
         clean_tags = _clean_tags(tags)
         with vectors.bulk_load(self.db, vectors.is_bulk(self.db, len(texts))):
             ids = self._remember_batches(
-                texts, ns, clean_tags, importance, sources, headings, batch_size, progress
+                texts, ns, clean_tags, importance, sources, headings, batch_size, progress, request_key
             )
         self._after_bulk_write(len(ids), 0)
         return ids
@@ -302,10 +325,17 @@ class Memory:
         headings: Sequence[str] | None,
         batch_size: int,
         progress: Callable[[int], None] | None,
+        request_key: str | None = None,
     ) -> list[int]:
         embedder = self._require_model_match()
         ids: list[int] = []
         for start in range(0, len(texts), batch_size):
+            batch_key = f"{request_key}:{start}" if request_key else None
+            if batch_key is not None:
+                earlier = self._answered(batch_key)
+                if earlier is not None:
+                    ids += [int(i) for i in earlier.split(",")]
+                    continue
             rows = [
                 chunk_rows.NewChunk(
                     namespace=ns,
@@ -320,7 +350,9 @@ class Memory:
             ]
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
             with self.db.transaction():
-                ids += chunk_rows.insert(self.db, rows, vecs, utcnow())
+                new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow())
+                self._record_answer(batch_key, ",".join(map(str, new_ids)))
+            ids += new_ids
             if progress is not None:
                 progress(len(rows))
         return ids

@@ -14,28 +14,33 @@ kernel, a notebook never saved), :func:`history_notebook` writes the cells this 
 (``In[1]``, ``In[2]``, ...) into a notebook file whose cell ``i`` is ``In[i]``, so hits name the
 execution count; outputs are not included.
 
-Links: JupyterLab opens a file when a link in an output has a path relative to the server root
-(``/notes/ops.md``). The server root comes from the ``jpserver-<pid>.json`` file the server writes
-in the Jupyter runtime folder: the file of the kernel's parent process (the server that started it),
-else the server whose root holds the path.
+Links (:class:`Links`): JupyterLab opens a file in the app when a link in a notebook output is
+relative to the notebook's folder; a widget's HTML is not rewritten, so there the link is the
+absolute ``<base_url>lab/tree/<path>``. Both need the server root, which comes from the
+``jpserver-<pid>.json`` file the server writes in the Jupyter runtime folder: the file of the
+kernel's parent process (the server that started it), else the server whose root holds the
+notebook's folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
 import nbformat
 
 __all__ = [
+    "Links",
     "current_notebook",
     "history_cells",
     "history_notebook",
-    "server_href",
-    "server_root",
+    "links_for",
+    "server_info",
 ]
 
 # Cells that only drive the memory itself are noise in it.
@@ -60,51 +65,100 @@ def _servers() -> list[dict[str, Any]]:
     return found
 
 
-def server_root(path: str | os.PathLike[str] | None = None) -> Path | None:
-    """Root folder of the Jupyter server this kernel runs under, or None outside one.
+def server_info(path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """The ``jpserver-<pid>.json`` record of the Jupyter server this kernel runs under, or None.
 
     Parameters
     ----------
     path:
-        When the parent process is not a known server, pick the server whose root holds ``path``.
+        When the kernel's parent process is not a known server, pick the server whose root
+        holds ``path`` (the deepest root when several do).
     """
     servers = _servers()
     parent = os.getppid()
     for info in servers:
         if info.get("pid") == parent:
-            return Path(info["root_dir"]).expanduser().resolve()
+            return info
     if path is not None:
         target = Path(path).expanduser().resolve()
-        roots = [Path(s["root_dir"]).expanduser().resolve() for s in servers]
-        holding = [r for r in roots if target.is_relative_to(r)]
+        holding = [s for s in servers if target.is_relative_to(Path(s["root_dir"]).expanduser().resolve())]
         if holding:
-            return max(holding, key=lambda r: len(r.parts))
+            return max(holding, key=lambda s: len(Path(s["root_dir"]).parts))
     return None
 
 
-def server_href(path: str | None, root: str | os.PathLike[str] | None = None) -> str | None:
-    """``/<path relative to the server root>`` for a link JupyterLab opens, or None.
+def _inside(path: Path, root: Path) -> PurePosixPath | None:
+    try:
+        return PurePosixPath(path.resolve().relative_to(root).as_posix())
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Links:
+    """How a source file becomes a link JupyterLab opens.
 
     Parameters
     ----------
-    path:
-        A hit's source file.
     root:
-        The server root; found with :func:`server_root` when not given.
+        The Jupyter server's root folder; None when unknown (then there are no links).
+    notebook_dir:
+        Folder of the notebook whose outputs hold the links.
+    base_url:
+        The server's base URL (``/`` by default).
     """
-    if not path:
-        return None
-    target = Path(path).expanduser()
-    if not target.is_absolute():
-        return None
-    base = Path(root).expanduser().resolve() if root is not None else server_root(target)
-    if base is None:
-        return None
-    try:
-        rel = target.resolve().relative_to(base)
-    except ValueError:
-        return None
-    return "/" + quote(rel.as_posix())
+
+    root: Path | None = None
+    notebook_dir: Path | None = None
+    base_url: str = "/"
+
+    def output_href(self, source: str | None) -> str | None:
+        """Link for HTML in a notebook output, relative to the notebook's folder.
+
+        JupyterLab opens relative links in outputs as documents inside the app; a link starting
+        with ``/`` it leaves to the browser.
+        """
+        if not source or self.root is None or self.notebook_dir is None:
+            return None
+        target = _inside(Path(source).expanduser(), self.root)
+        here = _inside(self.notebook_dir, self.root)
+        if target is None or here is None:
+            return None
+        return quote(posixpath.relpath(str(target), str(here) or "."))
+
+    def lab_href(self, source: str | None) -> str | None:
+        """Absolute URL path that opens ``source`` in JupyterLab (``<base>lab/tree/<path>``).
+
+        For widgets: their HTML is not rewritten by JupyterLab, so a relative link would resolve
+        against the page URL.
+        """
+        if not source or self.root is None:
+            return None
+        target = _inside(Path(source).expanduser(), self.root)
+        if target is None:
+            return None
+        base = self.base_url if self.base_url.endswith("/") else self.base_url + "/"
+        return f"{base}lab/tree/{quote(str(target))}"
+
+
+def links_for(shell: Any = None, root: str | os.PathLike[str] | None = None) -> Links:
+    """The :class:`Links` of this kernel: server root and base URL from the runtime folder.
+
+    Parameters
+    ----------
+    shell:
+        The IPython shell, to find the current notebook's folder (else the working folder).
+    root:
+        Server root to use instead of looking it up (``MemoryMagics.server_root``).
+    """
+    notebook = current_notebook(shell) if shell is not None else None
+    here = notebook.parent if notebook is not None else Path.cwd()
+    info = server_info(here) if root is None else None
+    base_url = str(info.get("base_url") or "/") if info else "/"
+    found = Path(root).expanduser().resolve() if root is not None else None
+    if found is None and info is not None:
+        found = Path(info["root_dir"]).expanduser().resolve()
+    return Links(found, here, base_url)
 
 
 def current_notebook(shell: Any = None) -> Path | None:
@@ -128,9 +182,9 @@ def current_notebook(shell: Any = None) -> Path | None:
         candidate = Path(name).expanduser()
         tries = [candidate] if candidate.is_absolute() else []
         if not candidate.is_absolute():
-            root = server_root()
-            if root is not None:
-                tries.append(root / candidate)
+            info = server_info()
+            if info is not None:
+                tries.append(Path(info["root_dir"]).expanduser() / candidate)
             tries += [Path.cwd() / candidate, Path.cwd() / candidate.name]
         for path in tries:
             if path.suffix == ".ipynb" and path.is_file():

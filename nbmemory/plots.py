@@ -221,7 +221,9 @@ def contribution(result: SearchResult) -> alt.Chart:
         },
     )
     return (
-        alt.Chart(frame, title=_title(f"Contribution to the fused top-{len(labels)} (RRF k={rrf_k})", result.query))
+        alt.Chart(
+            frame, title=_title(f"Contribution to the fused top-{len(labels)} (RRF k={rrf_k})", result.query)
+        )
         .mark_bar()
         .encode(
             x=alt.X("contribution:Q", stack="zero", title="RRF score contribution"),
@@ -258,9 +260,7 @@ def distance_relevance(frame: pl.DataFrame, bins: int = 10) -> alt.Chart:
         )
     if bins <= 0:
         raise ConfigError(f"bins must be greater than 0, got {bins}")
-    data = frame.select(
-        pl.col("distance").cast(pl.Float64), pl.col("relevant").cast(pl.Float64)
-    ).drop_nulls()
+    data = frame.select(pl.col("distance").cast(pl.Float64), pl.col("relevant").cast(pl.Float64)).drop_nulls()
     if data.height == 0:
         raise ConfigError("distance_relevance got no rows with both distance and relevant set")
     low, high = float(data["distance"].min()), float(data["distance"].max())  # type: ignore[arg-type]

@@ -8,38 +8,40 @@ secret (key names, URL users and hosts, header names stay):
 1. vendor rules: credentials with a recognisable shape (``ghp_...``, ``AKIA...``, ``xoxb-...``,
    JWTs, PEM private-key blocks) or whose key names the vendor (``DD_API_KEY=...``);
 2. structural rules: ``scheme://user:PASSWORD@host``, ``Authorization: Bearer|Basic ...``, and
-   ``password`` / ``token`` / ``api_key`` / ``secret`` assignments in Python, YAML, JSON, .env and
-   shell;
+   ``password`` / ``token`` / ``api_key`` / ``secret`` assignments in Python, YAML, JSON, .env,
+   shell and .netrc;
 3. the generic ``high-entropy`` rule: long random-looking tokens that no other rule named.
 
-Candidates touching an existing ``[REDACTED:<kind>]`` marker are dropped, which makes redaction
-idempotent. Overlapping candidates are merged into one span (their union), so the output never
-holds half a secret or nested markers. A merged span is labelled by its most specific member:
-lowest tier (vendor before structural before generic), then earliest start, then longest match,
-then the order of :data:`KINDS`. Finally every other verbatim occurrence of a detected secret
-(8+ characters, two character classes) is redacted too, e.g. a password echoed in a cell output.
+Overlaps are resolved in one place, :func:`_merge`: overlapping candidates become one span (their
+union), so the output never holds half a secret or nested markers, and the span is labelled by its
+most specific member: lowest tier (vendor before structural before generic), then earliest start,
+then longest match, then the order of :data:`KINDS`. Every other verbatim occurrence of a detected
+secret (8+ characters, not only letters) is redacted too, e.g. a password echoed in a cell output.
+Candidates touching an existing ``[REDACTED:<kind>]`` marker are dropped, and :func:`redact`
+repeats until nothing more is found, so redacting its output changes nothing.
 
 Decisions
 ---------
 * Not redacted, as obviously not a secret: empty values and values containing whitespace;
   placeholders (``<your-password>``, ``xxx``, ``***``, ``${VAR}``, ``{{ var }}``, ``%(pw)s``,
   ``your_api_key_here``, ``DB_PASSWORD``, ``None``, ``null``); code (``os.environ[...]``,
-  ``getenv(...)``, calls, attribute and variable references); file paths; values under 6
-  characters, and for the weaker keys (``token``, ``secret``, ``api_key``...) values under 8
-  characters or made of one character class. ``changeme`` (and ``changeit``, ``password``) count as
-  placeholders: they are published defaults, so hiding them protects nothing and only adds noise.
+  ``getenv(...)``, calls, attribute and variable references, raw-string regexes); file paths;
+  values under 6 characters, and for the weaker keys (``token``, ``secret``, ``api_key``...)
+  values under 8 characters or of one character class. ``changeme`` (like ``changeit`` and
+  ``password``) counts as a placeholder: it is a published default, so hiding it protects nothing.
 * Hexadecimal strings are never ``high-entropy``: git SHAs, UUIDs, digests and lock-file hashes
-  are hex, and hex carries at most 4 bits per character, the threshold. A hex secret is caught
-  when its key names it (``token=...``, ``DD_API_KEY=...``).
+  are hex, and hex carries at most 4 bits per character, the entropy threshold. A hex secret is
+  caught when its key names it (``token=...``, ``DD_API_KEY=...``). Tokens of one letter case
+  need few vowels to count as random, so concatenated words (BibTeX keys) are not flagged.
 * Base64 images (``data:image/png;base64,...``, bare PNG/JPEG/GIF/WebP/SVG/PDF base64, notebook
   ``"image/png": "..."``), labelled hashes (``sha256=``, ``sha512-``, ``h1:``, ``integrity``)
-  and base64 of ordinary prose are left untouched: not secrets; dropping bulky image payloads is
-  the caller's job.
+  and base64 of ordinary prose are left untouched: they are not secrets, and dropping bulky image
+  payloads is the caller's job. A random segment of a URL path (a Google Docs id) is redacted:
+  such links grant access.
 * Stripe publishable keys (``pk_live_...``) are public by design and are not redacted.
 
-Patterns are precompiled, bounded, and anchored on literals where possible; rules whose literal
-does not occur in the text do not run. No input makes matching super-linear. Nothing here logs,
-and no exception message contains any part of the input.
+Patterns are precompiled, bounded, and anchored on literals where possible; no input makes
+matching super-linear. Nothing here logs, and no exception message contains any part of the input.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ KINDS: tuple[str, ...] = (
     "telegram-bot-token",
     "datadog-api-key",
     "heroku-api-key",
+    "kaggle-api-key",
     "jwt",
     "private-key",
     "bearer-token",
@@ -247,8 +250,9 @@ class _Rule:
             yield s, e, self.kind
 
 
-# The separator of `key = value`, `key: value`, `"key": "value"`, `key => value`.
-_SEP = r"[\"']?[ \t]*(?:=>|=|:)[ \t]*[\"']?"
+# The separator of `key = value`, `key: value`, `"key": "value"`, `key => value`,
+# `os.environ["KEY"] = "value"`.
+_SEP = r"[\"']?\]?[ \t]*(?:=>|=|:)[ \t]*[\"']?"
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _B64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_VALUE = {c: i for i, c in enumerate(_B64_ALPHABET)} | {"-": 62, "_": 63}
@@ -337,11 +341,14 @@ _RULES: tuple[_Rule, ...] = (
         r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}"
         r"(?![A-Za-z0-9])",
     ),
-    _keyed(
-        "aws-secret-access-key",
-        r"aws[_.-]?secret[_.-]?(?:access[_.-]?)?key|secret[_.-]?access[_.-]?key",
-        r"[a-z0-9/+]{40}(?![a-z0-9/+=])",
-        check=lambda v: _mixed_case(v) and _not_filler(v),
+    *(
+        _keyed(
+            "aws-secret-access-key",
+            key,
+            r"[a-z0-9/+]{40}(?![a-z0-9/+=])",
+            check=lambda v: _mixed_case(v) and _not_filler(v),
+        )
+        for key in (r"aws[_.-]?secret[_.-]?(?:access[_.-]?)?key", r"secret[_.-]?access[_.-]?key")
     ),
     _shape("github-token", r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
     _shape("github-token", r"github_pat_[A-Za-z0-9]{20,40}_[A-Za-z0-9]{40,120}(?![A-Za-z0-9_])"),
@@ -420,7 +427,9 @@ _RULES: tuple[_Rule, ...] = (
     _shape("shopify-token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"),
     _shape(
         "discord-bot-token",
-        r"[MNO](?<![A-Za-z0-9_-][MNO])[A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}"
+        # The id's base64 starts with M, N or O, then D, T, j or z (ASCII digits).
+        r"[MNO][DTjz](?<![A-Za-z0-9_-][MNO][DTjz])[A-Za-z0-9_-]{22,26}\.[A-Za-z0-9_-]{6}\."
+        r"[A-Za-z0-9_-]{27,40}"
         r"(?![A-Za-z0-9_-])",
         check=_discord_check,
     ),
@@ -435,6 +444,15 @@ _RULES: tuple[_Rule, ...] = (
         rf"{_UUID}(?![a-z0-9-])",
     ),
     _shape("heroku-api-key", r"HRKU-(?<![A-Za-z0-9_-]HRKU-)[A-Za-z0-9_-]{60}(?![A-Za-z0-9_-])"),
+    _keyed("kaggle-api-key", r"kaggle[_.-]?key", r"[a-f0-9]{32}(?![a-z0-9])"),
+    _Rule(
+        "kaggle-api-key",
+        # kaggle.json: {"username": "...", "key": "..."}
+        _rx(r"\"key\"[ \t]*:[ \t]*\"(?P<s>[a-f0-9]{32})\""),
+        "s",
+        needs=("username", "kaggle"),
+        before=None,
+    ),
     _Rule(
         "jwt",
         _rx(
@@ -494,6 +512,14 @@ _RULES: tuple[_Rule, ...] = (
         for call in (r"auth[ \t]*=[ \t]*\(?", r"BasicAuth\(", r"DigestAuth\(")
     ),
     _Rule(
+        "password-assignment",
+        # .netrc: machine api.example.com login ada password s3cret
+        _rx(r"login\s{1,64}\S{1,256}\s{1,64}password\s{1,64}(?P<s>\S{1,256})"),
+        "s",
+        # "login with password reset" is prose: a netrc password is not a plain word.
+        check=lambda v: len(v) >= 6 and _classes(v) >= 2 and not _is_placeholder(v),
+    ),
+    _Rule(
         "url-password",
         _rx(r"://[^\s:/@?#\[\]\"'<>]{0,256}:(?P<s>[^\s/?#\"'<>]{1,256})@"),
         "s",
@@ -550,7 +576,7 @@ def _key_tail_candidates(text: str, low: str) -> Iterator[_Cand]:
 _ASSIGN_RE = _rx(
     r"(?P<kw>pass(?:word|wd|phrase)?|pwd|secret(?:[_.-]?key)?|token|api[_.-]?key|apikey"
     r"|access[_.-]?key|private[_.-]?key|auth[_.-]?key|signing[_.-]?key|encryption[_.-]?key"
-    r"|master[_.-]?key)(?P<kq>[\"']?)(?P<sep>[ \t]*(?:=>|=|:)[ \t]*)"
+    r"|master[_.-]?key)(?P<kq>[\"']?)\]?(?P<sep>[ \t]*(?:=>|=|:)[ \t]*)"
 )
 _VALUE_RE = _rx(
     r"(?P<pre>[rRbBuU]{0,2})(?:\"(?P<dq>(?:[^\"\\\n]|\\.){0,512})\""

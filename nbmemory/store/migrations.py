@@ -85,8 +85,17 @@ def m001_create_tables(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m002_request_keys(con: duckdb.DuckDBPyConnection) -> None:
+    # A client that retries a write after its owner died must not store it twice.
+    con.execute(
+        "CREATE TABLE request_keys (key VARCHAR PRIMARY KEY, result VARCHAR NOT NULL, "
+        "created_at TIMESTAMP NOT NULL)"
+    )
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_create_tables", m001_create_tables),
+    (2, "m002_request_keys", m002_request_keys),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -9,13 +9,29 @@ import pytest
 
 # Ten documents, four judged queries: small enough to check by eye.
 TINY_CORPUS = [
-    ("d1", "Vitamin D and bone density", "Vitamin D supplements increase bone mineral density in older adults."),
-    ("d2", "Statins and muscle pain", "Statin therapy is associated with muscle pain in a minority of patients."),
-    ("d3", "Aspirin after heart attack", "Low dose aspirin reduces the risk of a second myocardial infarction."),
+    (
+        "d1",
+        "Vitamin D and bone density",
+        "Vitamin D supplements increase bone mineral density in older adults.",
+    ),
+    (
+        "d2",
+        "Statins and muscle pain",
+        "Statin therapy is associated with muscle pain in a minority of patients.",
+    ),
+    (
+        "d3",
+        "Aspirin after heart attack",
+        "Low dose aspirin reduces the risk of a second myocardial infarction.",
+    ),
     ("d4", "Sleep and memory", "Deep sleep consolidates declarative memory in young adults."),
     ("d5", "Coffee and liver", "Coffee drinkers have a lower risk of liver cirrhosis."),
     ("d6", "Exercise and depression", "Aerobic exercise reduces symptoms of major depression."),
-    ("d7", "Salt and blood pressure", "Reducing dietary salt lowers blood pressure in hypertensive patients."),
+    (
+        "d7",
+        "Salt and blood pressure",
+        "Reducing dietary salt lowers blood pressure in hypertensive patients.",
+    ),
     ("d8", "Gut microbiome", "The gut microbiome shapes immune responses from infancy."),
     ("d9", "Smoking and lung cancer", "Tobacco smoking causes most cases of lung cancer."),
     ("d10", "Fish oil and heart", "Omega-3 fish oil shows no benefit for heart failure outcomes."),

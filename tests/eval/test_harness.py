@@ -102,7 +102,9 @@ def test_no_cache_writes_nothing(tiny_beir: Path, tmp_path: Path) -> None:
 
 
 def test_title_in_body(tiny_beir: Path) -> None:
-    result = evaluate_beir(tiny_beir, "bm25", embedder=FakeEmbedder(dim=32), options=IndexOptions(title="body"), log=None)
+    result = evaluate_beir(
+        tiny_beir, "bm25", embedder=FakeEmbedder(dim=32), options=IndexOptions(title="body"), log=None
+    )
     source, heading, text, _ = _rows(result.store.path)[0]
     assert (source, heading) == ("d1", "")
     assert text.startswith("Vitamin D and bone density\nVitamin D supplements")
@@ -119,7 +121,11 @@ def test_maxp_scores_a_document_by_its_best_chunk(tiny_beir: Path) -> None:
         encoding="utf-8",
     )
     result = evaluate_beir(
-        tiny_beir, "bm25", embedder=FakeEmbedder(dim=32), options=IndexOptions(chunking="maxp", max_chars=200), log=None
+        tiny_beir,
+        "bm25",
+        embedder=FakeEmbedder(dim=32),
+        options=IndexOptions(chunking="maxp", max_chars=200),
+        log=None,
     )
     sources = [r[0] for r in _rows(result.store.path)]
     assert sources.count("d1") > 1
@@ -158,6 +164,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.model
+@pytest.mark.slow
 @pytest.mark.skipif(not SCIFACT.exists(), reason="the shared BEIR SciFact folder is not on this machine")
 def test_real_model_on_a_scifact_slice(real_embedder: Any) -> None:
     result = evaluate_beir(

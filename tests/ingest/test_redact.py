@@ -205,6 +205,9 @@ def build_positives() -> list[Case]:
     cases += in_contexts("heroku-api-key", uuid4(), "export HEROKU_API_KEY={s}")
     cases += in_contexts("heroku-api-key", uuid4(), "heroku_token: {s}\n")
     cases += shaped("heroku-api-key", "HRKU-" + rand(URLSAFE, 60))
+    cases += in_contexts("kaggle-api-key", rand(HEX, 32), '{{"username":"ada","key":"{s}"}}')
+    cases += in_contexts("kaggle-api-key", rand(HEX, 32), 'os.environ["KAGGLE_KEY"] = "{s}"')
+    cases += in_contexts("kaggle-api-key", rand(HEX, 32), "export KAGGLE_KEY={s}")
     jwt_io = (
         "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2"
         "MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
@@ -273,6 +276,13 @@ def build_positives() -> list[Case]:
     )
     cases += in_contexts("password-assignment", "Pa55w0rd!2024", "Connecting with password=Pa55w0rd!2024 ...")
     cases += in_contexts("password-assignment", "Wint3r-is-coming", "## Staging\n\nThe admin passwd: {s}\n")
+    cases += in_contexts(
+        "password-assignment", rand(HEX, 40), "machine api.wandb.ai\n  login user\n  password {s}\n"
+    )
+    cases += in_contexts(
+        "password-assignment", "Gh0st-Rider!", "machine ftp.example.com login ada password {s}"
+    )
+    cases += in_contexts("password-assignment", rand(HEX, 40), 'os.environ["WANDB_API_KEY"] = "{s}"')
     for template in (
         'SIGNING = "{s}"',
         "Out[7]: '{s}'",
@@ -329,6 +339,7 @@ NEGATIVES = [
     "@misc{wen2025matryoshkarevisitingsparsecoding, title={Beyond Matryoshka}}",
     '"pwd": "IPython.core.magics.osm:OSMagics",',
     "tornado.httpclient.HTTPRequest.auth_password: attribute",
+    "Use the login form and password fields below, then login again with password reset links.",
     "arn:aws:iam::123456789012:role/service-role/MyLambdaExecutionRole",
     'marker = "[REDACTED:github-token]" if leaked else ""',
     # URLs without passwords

@@ -1,0 +1,238 @@
+"""Rich views of hits, items and stats: escaped HTML for notebooks, plain text for terminals.
+
+Every stored string goes through :func:`html.escape` before it reaches HTML, so a memory holding
+``<script>`` or ``<img onerror=...>`` renders as text. Hits from files carry
+``data-nbmemory-path`` / ``data-nbmemory-cell`` / ``data-nbmemory-cell-id`` attributes (for the
+JupyterLab extension) and, when the Jupyter server root is known, an ``<a href>`` JupyterLab opens.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nbmemory.items import Hit, Item
+from nbmemory.notebook_context import Links
+
+__all__ = ["HitTable", "ItemView", "StatsView", "TextBlock", "location_html", "location_label"]
+
+_TD = "style='text-align:left;vertical-align:top'"
+_NUM = "style='text-align:right;vertical-align:top;white-space:nowrap'"
+
+
+def _short_path(source: str) -> str:
+    """``source`` relative to the working folder when under it, else with ``~`` for home."""
+    path = Path(source)
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        pass
+    home = str(Path.home())
+    return "~" + source[len(home) :] if source.startswith(home + os.sep) else source
+
+
+def location_label(
+    source: str | None,
+    cell_index: int | None = None,
+    line_start: int | None = None,
+    line_end: int | None = None,
+) -> str:
+    """Where a hit is, for people: ``"deploy.ipynb, cell 4"``, ``"notes/ops.md:12-30"``, ``"(remembered)"``.
+
+    Notebook hits name the file only (the cell makes them specific); other paths are shown
+    relative to the working folder, or with ``~`` for the home folder.
+    """
+    if source is None:
+        return "(remembered)"
+    if cell_index is not None:
+        return f"{Path(source).name}, cell {cell_index}"
+    where = _short_path(source)
+    if line_start is not None:
+        where += f":{line_start}" + (f"-{line_end}" if line_end and line_end != line_start else "")
+    return where
+
+
+def location_html(hit: Hit | Item, links: Links | None = None, *, widget: bool = False) -> str:
+    """The hit's location as escaped HTML: data attributes always, a link when one can be made.
+
+    Parameters
+    ----------
+    hit:
+        A search hit or an item.
+    links:
+        How sources become links (:func:`nbmemory.notebook_context.links_for`); None: no link.
+    widget:
+        Make the link for a widget (absolute ``lab/tree`` URL, new tab) rather than for a
+        notebook output (relative to the notebook, opened inside JupyterLab).
+    """
+    label = html.escape(location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end))
+    if hit.source is None:
+        return f"<span class='nbmemory-loc'>{label}</span>"
+    attrs = [f"data-nbmemory-path='{html.escape(hit.source, quote=True)}'"]
+    if hit.cell_index is not None:
+        attrs.append(f"data-nbmemory-cell='{int(hit.cell_index)}'")
+    if hit.cell_id:
+        attrs.append(f"data-nbmemory-cell-id='{html.escape(hit.cell_id, quote=True)}'")
+    if hit.line_start is not None:
+        attrs.append(f"data-nbmemory-line='{int(hit.line_start)}'")
+    attrs.append(f"title='{html.escape(hit.source, quote=True)}'")
+    href = None
+    if links is not None:
+        href = links.lab_href(hit.source) if widget else links.output_href(hit.source)
+    if href is not None:
+        target = " target='_blank' rel='noopener'" if widget else ""
+        return (
+            f"<a class='nbmemory-loc' href='{html.escape(href, quote=True)}'{target} "
+            f"{' '.join(attrs)}>{label}</a>"
+        )
+    return f"<span class='nbmemory-loc' {' '.join(attrs)}>{label}</span>"
+
+
+def _rank(hit: Hit, name: str) -> str:
+    rank = hit.ranks.get(name)
+    return str(rank) if rank is not None else "–"
+
+
+def hit_row_html(hit: Hit, position: int, links: Links | None = None) -> str:
+    """One ``<tr>`` for a hit: rank, score, retriever ranks, location, expandable text."""
+    meta = [hit.kind, hit.namespace] + [f"#{t}" for t in hit.tags]
+    heading = f"<div><b>{html.escape(hit.heading)}</b></div>" if hit.heading else ""
+    body = (
+        f"<details><summary>{html.escape(hit.snippet)}</summary>"
+        f"<div style='white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace)'>"
+        f"{html.escape(hit.text)}</div></details>"
+    )
+    return (
+        f"<tr data-nbmemory-id='{int(hit.id)}'>"
+        f"<td {_NUM}>{position}</td><td {_NUM}>{hit.score:.4f}</td>"
+        f"<td {_NUM}>{_rank(hit, 'bm25')}</td><td {_NUM}>{_rank(hit, 'vector')}</td>"
+        f"<td {_TD}>{location_html(hit, links)}<br><small>#{int(hit.id)} · "
+        f"{html.escape(' · '.join(meta))}</small></td>"
+        f"<td {_TD}>{heading}{body}</td></tr>"
+    )
+
+
+class HitTable:
+    """Search hits as a table: escaped HTML in a notebook, text in a terminal.
+
+    Parameters
+    ----------
+    hits:
+        Hits, best first.
+    title:
+        A line above the table (escaped).
+    links:
+        How sources become links; None: data attributes only.
+    """
+
+    def __init__(self, hits: Sequence[Hit], title: str = "", links: Links | None = None) -> None:
+        self.hits = list(hits)
+        self.title = title
+        self.links = links
+
+    def _repr_html_(self) -> str:
+        head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
+        if not self.hits:
+            return f"<div class='nbmemory-hits'>{head}<div><i>no results</i></div></div>"
+        rows = "".join(hit_row_html(h, i, self.links) for i, h in enumerate(self.hits, start=1))
+        return (
+            f"<div class='nbmemory-hits'>{head}<table>"
+            "<thead><tr><th>#</th><th>score</th><th>bm25</th><th>vector</th>"
+            f"<th {_TD}>source</th><th {_TD}>text</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        )
+
+    def __repr__(self) -> str:
+        lines = [self.title] if self.title else []
+        if not self.hits:
+            return "\n".join([*lines, "  (no results)"])
+        for rank, hit in enumerate(self.hits, start=1):
+            where = location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end)
+            lines.append(
+                f"{rank:>3}. [{hit.score:.4f}] #{hit.id} {where}  "
+                f"(bm25 {_rank(hit, 'bm25')}, vector {_rank(hit, 'vector')})"
+            )
+            if hit.heading:
+                lines.append(f"     {hit.heading}")
+            lines += [f"     {line}" for line in textwrap.wrap(hit.snippet, width=96)[:3]]
+        return "\n".join(lines)
+
+
+class ItemView:
+    """One stored item with its metadata."""
+
+    def __init__(self, item: Item, links: Links | None = None) -> None:
+        self.item = item
+        self.links = links
+
+    def _fields(self) -> list[tuple[str, str]]:
+        it = self.item
+        return [
+            ("kind", it.kind),
+            ("namespace", it.namespace),
+            ("tags", ", ".join(it.tags) or "–"),
+            ("importance", f"{it.importance:g}"),
+            ("pinned", "yes" if it.pinned else "no"),
+            ("accessed", str(it.access_count)),
+            ("retrieved", str(it.retrieval_count)),
+            ("updated", str(it.updated_at or "–")),
+        ]
+
+    def _repr_html_(self) -> str:
+        it = self.item
+        meta = " · ".join(f"{k}: {html.escape(v)}" for k, v in self._fields())
+        heading = f"<div><b>{html.escape(it.heading)}</b></div>" if it.heading else ""
+        return (
+            f"<div class='nbmemory-item' data-nbmemory-id='{int(it.id)}'>"
+            f"<div><b>#{int(it.id)}</b> {location_html(it, self.links)}</div>"
+            f"<div><small>{meta}</small></div>{heading}"
+            f"<pre style='white-space:pre-wrap'>{html.escape(it.text)}</pre></div>"
+        )
+
+    def __repr__(self) -> str:
+        it = self.item
+        where = location_label(it.source, it.cell_index, it.line_start, it.line_end)
+        meta = ", ".join(f"{k}={v}" for k, v in self._fields())
+        return "\n".join([f"#{it.id} {where}", f"[{meta}]", *([it.heading] if it.heading else []), it.text])
+
+
+class StatsView:
+    """``Memory.stats()`` as a two-column table."""
+
+    def __init__(self, stats: Mapping[str, Any]) -> None:
+        self.stats = dict(stats)
+
+    @staticmethod
+    def _value(value: Any) -> str:
+        if isinstance(value, Mapping):
+            return ", ".join(f"{k}: {v}" for k, v in value.items()) or "–"
+        return str(value)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><th {_TD}>{html.escape(str(k))}</th><td {_TD}>{html.escape(self._value(v))}</td></tr>"
+            for k, v in self.stats.items()
+        )
+        return f"<table class='nbmemory-stats'>{rows}</table>"
+
+    def __repr__(self) -> str:
+        width = max((len(str(k)) for k in self.stats), default=0)
+        return "\n".join(f"{k:>{width}}: {self._value(v)}" for k, v in self.stats.items())
+
+
+class TextBlock:
+    """Preformatted text (a trace, a report), escaped in HTML."""
+
+    def __init__(self, text: str, title: str = "") -> None:
+        self.text = text
+        self.title = title
+
+    def _repr_html_(self) -> str:
+        head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
+        return f"<div>{head}<pre>{html.escape(self.text)}</pre></div>"
+
+    def __repr__(self) -> str:
+        return f"{self.title}\n{self.text}" if self.title else self.text

@@ -1,0 +1,414 @@
+"""Helpers for the built-in evaluation notebooks: polars frames in, polars frames and Altair charts out.
+
+Nothing here displays anything: the notebooks decide what to show.
+
+* :func:`wins_losses` / :func:`wins_losses_chart`: per query, does the hybrid beat each single
+  retriever?
+* :func:`relevance_by_distance`: P(relevant) per vector cosine-distance bin (the vstash
+  relevance signal), with Wilson intervals.
+* :func:`relevance_by_rank`: P(relevant) per rank bucket, for any configuration's ranking.
+* :func:`disagreement`: how often two runs' top-10 sets differ.
+* :func:`derive_thresholds`: relevance tiers and no-answer rejection levels for the current
+  model, from those curves and from the scenario benchmark's miss questions; written as JSON for
+  the retrieval stages (:func:`save_thresholds`, :func:`thresholds_path`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from nbmemory.eval.cache import cache_root
+from nbmemory.eval.scenario import wilson
+
+RANK_BUCKETS: tuple[tuple[int, int], ...] = (
+    (1, 1),
+    (2, 2),
+    (3, 3),
+    (4, 5),
+    (6, 10),
+    (11, 20),
+    (21, 50),
+    (51, 100),
+)
+
+
+# -- tables and charts for the BEIR notebook ---------------------------------------------------
+
+
+def ndcg_chart(table: pl.DataFrame, metric: str = "ndcg@10") -> alt.Chart:
+    """Bars of ``metric`` per configuration, one group per dataset.
+
+    Parameters
+    ----------
+    table:
+        :func:`nbmemory.eval.report.results_table` output.
+    """
+    data = table.select("dataset", "config", metric).to_pandas()
+    base = alt.Chart(data)
+    bars = base.mark_bar().encode(
+        x=alt.X("config:N", title=None, sort=None),
+        y=alt.Y(f"{metric}:Q", title=metric.upper(), scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("config:N", legend=None),
+        tooltip=["dataset", "config", alt.Tooltip(f"{metric}:Q", format=".4f")],
+    )
+    labels = base.mark_text(dy=-6).encode(
+        x=alt.X("config:N", sort=None), y=f"{metric}:Q", text=alt.Text(f"{metric}:Q", format=".3f")
+    )
+    return (bars + labels).properties(width=180, height=220).facet(column=alt.Column("dataset:N", title=None))
+
+
+def wins_losses(
+    per_query: pl.DataFrame,
+    hybrid: str = "rrf",
+    against: Sequence[str] = ("bm25", "vector"),
+    metric: str = "ndcg@10",
+    tolerance: float = 1e-9,
+) -> pl.DataFrame:
+    """Per dataset and single retriever: queries where ``hybrid`` wins, loses or ties on ``metric``.
+
+    Parameters
+    ----------
+    per_query:
+        :func:`nbmemory.eval.report.per_query_table` output.
+    """
+    rows = []
+    wide = per_query.pivot(on="config", index=["dataset", "query_id"], values=metric)
+    for dataset in wide["dataset"].unique(maintain_order=True).to_list():
+        part = wide.filter(pl.col("dataset") == dataset)
+        for other in against:
+            if other not in part.columns or hybrid not in part.columns:
+                continue
+            delta = (part[hybrid] - part[other]).to_numpy()
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "hybrid": hybrid,
+                    "versus": other,
+                    "wins": int((delta > tolerance).sum()),
+                    "losses": int((delta < -tolerance).sum()),
+                    "ties": int((np.abs(delta) <= tolerance).sum()),
+                    "mean_delta": float(delta.mean()) if len(delta) else 0.0,
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+def wins_losses_chart(frame: pl.DataFrame) -> alt.Chart:
+    """Stacked bars of wins / ties / losses of the hybrid against each single retriever."""
+    long = frame.unpivot(
+        index=["dataset", "hybrid", "versus"],
+        on=["wins", "ties", "losses"],
+        variable_name="outcome",
+        value_name="queries",
+    ).with_columns(pl.concat_str([pl.col("hybrid"), pl.lit(" vs "), pl.col("versus")]).alias("pair"))
+    return (
+        alt.Chart(long.to_pandas())
+        .mark_bar()
+        .encode(
+            y=alt.Y("pair:N", title=None),
+            x=alt.X("queries:Q", stack="normalize", title="share of queries"),
+            color=alt.Color(
+                "outcome:N",
+                scale=alt.Scale(domain=["wins", "ties", "losses"], range=["#4c9a2a", "#bbbbbb", "#c0392b"]),
+            ),
+            order=alt.Order("outcome:N"),
+            tooltip=["dataset", "pair", "outcome", "queries"],
+        )
+        .properties(width=360, height=60)
+        .facet(row=alt.Row("dataset:N", title=None))
+    )
+
+
+def delta_chart(
+    per_query: pl.DataFrame, hybrid: str = "rrf", versus: str = "bm25", metric: str = "ndcg@10"
+) -> alt.Chart:
+    """Histogram of per-query ``metric(hybrid) - metric(versus)``."""
+    wide = per_query.pivot(on="config", index=["dataset", "query_id"], values=metric)
+    data = wide.select("dataset", (pl.col(hybrid) - pl.col(versus)).alias("delta")).to_pandas()
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("delta:Q", bin=alt.Bin(step=0.1), title=f"{metric}: {hybrid} - {versus}"),
+            y=alt.Y("count():Q", title="queries"),
+            color=alt.Color("dataset:N"),
+        )
+        .properties(width=360, height=180)
+    )
+
+
+# -- relevance curves --------------------------------------------------------------------------
+
+
+def _with_ci(frame: pl.DataFrame) -> pl.DataFrame:
+    lows, highs = [], []
+    for n, k in zip(frame["n"].to_list(), frame["relevant"].to_list(), strict=True):
+        low, high = wilson(k, n)
+        lows.append(low)
+        highs.append(high)
+    return frame.with_columns(
+        (pl.col("relevant") / pl.col("n")).alias("p_relevant"),
+        pl.Series("ci_low", lows, dtype=pl.Float64),
+        pl.Series("ci_high", highs, dtype=pl.Float64),
+    )
+
+
+def relevance_by_distance(hits: pl.DataFrame, config: str = "vector", width: float = 0.05) -> pl.DataFrame:
+    """P(relevant) of retrieved documents per cosine-distance bin (distance = 1 - similarity).
+
+    Parameters
+    ----------
+    hits:
+        :func:`nbmemory.eval.report.hits_table` output.
+    config:
+        Whose hits to use; the vector-only run ranks every document by distance.
+    width:
+        Bin width.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``dataset, bin_low, bin_high, n, relevant, p_relevant, ci_low, ci_high``.
+    """
+    part = hits.filter((pl.col("config") == config) & pl.col("vector_sim").is_not_null())
+    binned = part.with_columns(
+        ((1.0 - pl.col("vector_sim")) / width).floor().cast(pl.Int64).alias("bin"),
+        (pl.col("relevance") > 0).cast(pl.Int64).alias("rel"),
+    )
+    out = (
+        binned.group_by("dataset", "bin")
+        .agg(pl.len().alias("n"), pl.col("rel").sum().alias("relevant"))
+        .sort("dataset", "bin")
+        .with_columns(
+            (pl.col("bin") * width).alias("bin_low"), ((pl.col("bin") + 1) * width).alias("bin_high")
+        )
+        .select("dataset", "bin_low", "bin_high", "n", "relevant")
+    )
+    return _with_ci(out)
+
+
+def relevance_by_rank(
+    hits: pl.DataFrame,
+    configs: Sequence[str] = ("bm25", "vector", "rrf"),
+    buckets: Sequence[tuple[int, int]] = RANK_BUCKETS,
+) -> pl.DataFrame:
+    """P(relevant) per rank bucket in each configuration's ranking (a single retriever's, or fused).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``dataset, config, bucket, first_rank, n, relevant, p_relevant, ci_low, ci_high``.
+    """
+    rows = []
+    part = hits.filter(pl.col("config").is_in(list(configs)))
+    for (dataset, config), group in part.group_by("dataset", "config", maintain_order=True):
+        ranks = group["rank"].to_numpy()
+        rel = (group["relevance"].to_numpy() > 0).astype(int)
+        for low, high in buckets:
+            mask = (ranks >= low) & (ranks <= high)
+            n = int(mask.sum())
+            if n:
+                rows.append(
+                    {
+                        "dataset": dataset,
+                        "config": config,
+                        "bucket": str(low) if low == high else f"{low}-{high}",
+                        "first_rank": low,
+                        "n": n,
+                        "relevant": int(rel[mask].sum()),
+                    }
+                )
+    return _with_ci(pl.DataFrame(rows))
+
+
+def curve_chart(curve: pl.DataFrame, x: str, color: str = "dataset", title: str = "") -> alt.Chart:
+    """P(relevant) with its Wilson band against ``x`` (a distance bin or a rank bucket)."""
+    data = curve.to_pandas()
+    sort = None if x == "bucket" else "ascending"
+    xenc = alt.X(f"{x}:{'N' if x == 'bucket' else 'Q'}", sort=sort, title=x.replace("_", " "))
+    base = alt.Chart(data).encode(x=xenc, color=alt.Color(f"{color}:N"))
+    band = base.mark_area(opacity=0.2).encode(y=alt.Y("ci_low:Q", title="P(relevant)"), y2="ci_high:Q")
+    line = base.mark_line(point=True).encode(
+        y="p_relevant:Q", tooltip=[color, x, "n", alt.Tooltip("p_relevant:Q", format=".3f")]
+    )
+    return (band + line).properties(width=380, height=220, title=title)
+
+
+def disagreement(
+    ranked_a: Mapping[str, Sequence[str]], ranked_b: Mapping[str, Sequence[str]], k: int = 10
+) -> dict[str, float]:
+    """How two runs differ in their top ``k``.
+
+    Returns
+    -------
+    dict
+        ``queries``; ``differ``: share of queries whose top-k sets are not identical;
+        ``mean_overlap``: mean share of top-k documents the runs have in common;
+        ``top1_differs``: share of queries with different first results.
+    """
+    qids = [q for q in ranked_a if q in ranked_b]
+    if not qids:
+        return {"queries": 0, "differ": 0.0, "mean_overlap": 0.0, "top1_differs": 0.0}
+    differ = overlap = top1 = 0.0
+    for q in qids:
+        a, b = list(ranked_a[q])[:k], list(ranked_b[q])[:k]
+        common = len(set(a) & set(b))
+        size = max(len(a), len(b), 1)
+        differ += set(a) != set(b)
+        overlap += common / size
+        top1 += a[:1] != b[:1]
+    n = len(qids)
+    return {"queries": n, "differ": differ / n, "mean_overlap": overlap / n, "top1_differs": top1 / n}
+
+
+# -- thresholds --------------------------------------------------------------------------------
+
+
+def _decreasing_fit(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Pool-adjacent-violators: the closest non-increasing sequence (weighted least squares)."""
+    blocks: list[list[float]] = []  # [value, weight, count]
+    for v, w in zip(values, weights, strict=True):
+        blocks.append([float(v), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            v2, w2, c2 = blocks.pop()
+            v1, w1, c1 = blocks.pop()
+            total = w1 + w2
+            blocks.append([(v1 * w1 + v2 * w2) / total if total else (v1 + v2) / 2, total, c1 + c2])
+    out: list[float] = []
+    for v, _, c in blocks:
+        out += [v] * int(c)
+    return np.array(out)
+
+
+def distance_tiers(curve: pl.DataFrame, levels: Mapping[str, float] | None = None) -> dict[str, float | None]:
+    """Largest cosine distance at which P(relevant) (made non-increasing) is still >= each level.
+
+    Parameters
+    ----------
+    curve:
+        :func:`relevance_by_distance` output (all datasets are pooled).
+    levels:
+        Tier name -> minimum P(relevant); default high 0.5, medium 0.2, low 0.05.
+    """
+    levels = levels or {"high": 0.5, "medium": 0.2, "low": 0.05}
+    pooled = (
+        curve.group_by("bin_low", "bin_high").agg(pl.col("n").sum(), pl.col("relevant").sum()).sort("bin_low")
+    )
+    n = pooled["n"].to_numpy().astype(float)
+    p = pooled["relevant"].to_numpy() / np.maximum(n, 1)
+    fitted = _decreasing_fit(p, n)
+    highs = pooled["bin_high"].to_numpy()
+    out: dict[str, float | None] = {}
+    for name, level in levels.items():
+        ok = np.nonzero(fitted >= level)[0]
+        out[name] = round(float(highs[ok[-1]]), 4) if len(ok) else None
+    return out
+
+
+def rejection_levels(
+    outcomes: pl.DataFrame, config: str = "rrf", false_rejection: float = 0.05
+) -> dict[str, Any]:
+    """No-answer rejection levels from the scenario benchmark's answerable and miss questions.
+
+    A question would be rejected when its best vector similarity **and** its best BM25 score are
+    both below their levels (weak keyword and weak vector signal, MemX's R1). Each level is the
+    ``false_rejection`` quantile of the answerable questions, so alone it rejects about that share
+    of answerable questions.
+
+    Parameters
+    ----------
+    outcomes:
+        :meth:`nbmemory.eval.scenario.ScenarioResult.outcomes_frame` output.
+    config:
+        A configuration that ran both retrievers.
+    """
+    part = outcomes.filter(pl.col("config") == config)
+    answerable = part.filter(pl.col("kind") != "miss")
+    misses = part.filter(pl.col("kind") == "miss")
+    vec = answerable["top_vector_sim"].drop_nulls().to_numpy()
+    bm25 = answerable["top_bm25_score"].fill_null(0.0).to_numpy()
+    if not len(vec):
+        return {"config": config, "vector_sim_below": None, "bm25_score_below": None}
+    vec_level = float(np.quantile(vec, false_rejection))
+    bm25_level = float(np.quantile(bm25, false_rejection))
+
+    def rejected(frame: pl.DataFrame) -> float:
+        if frame.height == 0:
+            return 0.0
+        v = frame["top_vector_sim"].fill_null(-1.0).to_numpy()
+        b = frame["top_bm25_score"].fill_null(0.0).to_numpy()
+        return float(((v < vec_level) & (b < bm25_level)).mean())
+
+    return {
+        "config": config,
+        "false_rejection_target": false_rejection,
+        "vector_sim_below": round(vec_level, 4),
+        "bm25_score_below": round(bm25_level, 4),
+        "answerable_rejected": round(rejected(answerable), 4),
+        "misses_rejected": round(rejected(misses), 4),
+        "answerable": answerable.height,
+        "misses": misses.height,
+        "note": "BM25 scores depend on the corpus: the level holds for a personal memory like the scenario's",
+    }
+
+
+def derive_thresholds(
+    model: str,
+    fingerprint: str,
+    distance_curve: pl.DataFrame,
+    scenario_outcomes: pl.DataFrame | None = None,
+    datasets: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The thresholds the relevance tiers and the no-answer rejection should use, for one model.
+
+    Returns
+    -------
+    dict
+        ``model``, ``fingerprint``, ``distance_tiers`` (max cosine distance per tier),
+        ``reject`` (see :func:`rejection_levels`), the curve itself and where it came from.
+    """
+    payload: dict[str, Any] = {
+        "model": model,
+        "fingerprint": fingerprint,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "datasets": list(datasets),
+        "distance_tiers": distance_tiers(distance_curve),
+        "tier_levels": {"high": 0.5, "medium": 0.2, "low": 0.05},
+        "distance_curve": distance_curve.select(
+            "dataset", "bin_low", "bin_high", "n", "relevant", "p_relevant"
+        ).to_dicts(),
+    }
+    if scenario_outcomes is not None:
+        payload["reject"] = rejection_levels(scenario_outcomes)
+    return payload
+
+
+def thresholds_path(fingerprint: str) -> Path:
+    """Where thresholds for a model live: ``<eval cache>/thresholds/<fingerprint>.json``."""
+    return cache_root() / "thresholds" / f"{fingerprint}.json"
+
+
+def save_thresholds(payload: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -> Path:
+    """Write thresholds JSON (default :func:`thresholds_path` of the payload's fingerprint)."""
+    target = Path(path) if path is not None else thresholds_path(str(payload["fingerprint"]))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return target
+
+
+def load_thresholds(fingerprint: str, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """Thresholds for a model fingerprint, or None when none were derived yet."""
+    target = Path(path) if path is not None else thresholds_path(fingerprint)
+    if not target.exists():
+        return None
+    data: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
+    return data

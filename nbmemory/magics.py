@@ -1,0 +1,755 @@
+"""``%mem*`` IPython magics: thin commands over one :class:`~nbmemory.Memory` per kernel.
+
+Load with ``%load_ext nbmemory``. Settings are traitlets on :class:`MemoryMagics`
+(``%config MemoryMagics.top_k = 20`` or ``c.MemoryMagics.top_k = 20`` in ``ipython_config.py``);
+each magic's docstring is its ``%magic?`` help. User mistakes, and every
+:class:`~nbmemory.NbMemoryError`, surface as a :class:`UsageError` (a message, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import (
+    Magics,
+    line_cell_magic,
+    line_magic,
+    magics_class,
+    output_can_be_silenced,
+)
+from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
+from IPython.display import display
+from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, validate
+
+from nbmemory.errors import NbMemoryError
+from nbmemory.search.filters import KINDS
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from nbmemory.ingest.indexer import IndexReport
+    from nbmemory.memory import Memory
+    from nbmemory.notebook_context import Links
+    from nbmemory.search.pipeline import SearchResult
+    from nbmemory.widgets import MemoryExplorer
+
+__all__ = ["IndexJob", "MemoryMagics", "load_ipython_extension", "unload_ipython_extension"]
+
+# A word-internal apostrophe ("don't") is text, not the start of a quoted string.
+_APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
+# Leading "--opt value" / "--opt=value" pairs of a line whose rest is free text (%remember).
+_LEADING_OPTION = re.compile(
+    r"""\s*(--?[A-Za-z][\w-]*)(?:=(?:"[^"]*"|'[^']*'|\S+)|\s+(?:"[^"]*"|'[^']*'|\S+))"""
+)
+
+
+@contextmanager
+def _as_usage_errors() -> Iterator[None]:
+    """Turn nbmemory's own errors into UsageErrors: IPython shows the message, not a traceback."""
+    try:
+        yield
+    except NbMemoryError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _parse(magic: Callable[..., Any], line: str) -> Any:
+    """``parse_argstring``, forgiving unbalanced apostrophes in words like ``don't``."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError:
+        pass
+    try:
+        return parse_argstring(magic, _APOSTROPHE.sub(r"\\'", line))
+    except ValueError as exc:
+        raise UsageError(f"{exc} in {line!r}: close the quote, or put the words in double quotes") from None
+
+
+def _split_leading_options(line: str) -> tuple[str, str]:
+    """``"--tag ops Some text"`` -> ``("--tag ops", "Some text")``; the text is kept verbatim."""
+    pos = 0
+    while True:
+        match = _LEADING_OPTION.match(line, pos)
+        if match is None:
+            break
+        pos = match.end()
+    rest = line[pos:].strip()
+    if rest.startswith("-- "):
+        rest = rest[3:]
+    return line[:pos].strip(), rest
+
+
+def _filter_arguments(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The search filters every searching magic takes, as one argument group."""
+    decorators = [
+        argument_group("filters"),
+        argument("--ns", help="only this namespace (default: MemoryMagics.namespace, else all)"),
+        argument(
+            "--kind",
+            action="append",
+            choices=KINDS,
+            help="only this kind: markdown, notebook, code, text or memory (repeatable)",
+        ),
+        argument("--path", help="only sources matching this glob, e.g. '*/ops/*.md'"),
+        argument("--tag", action="append", help="only items with this tag (repeatable: all must match)"),
+        argument("--since", help="updated since: an ISO date (2026-01-31) or an age (30d, 12h, 2w)"),
+        argument("--until", help="updated until: an ISO date or an age"),
+    ]
+    # ArgDecorators are listed in the order applied and read back reversed: apply last first.
+    for deco in reversed(decorators):
+        func = deco(func)
+    return func
+
+
+def _k(value: int | None, default: int) -> int:
+    k = default if value is None else value
+    if k <= 0:
+        raise UsageError(f"-k must be greater than 0, got {k}")
+    return k
+
+
+def _words(words: list[str], what: str, example: str) -> str:
+    text = " ".join(words).strip()
+    if not text:
+        raise UsageError(f"no {what} given: try {example}")
+    return text
+
+
+class IndexJob:
+    """One ``%memindex`` run: its progress widget, its report, and a way to stop it.
+
+    Cancelling stops before the next file; every batch the indexer committed stays indexed.
+    """
+
+    def __init__(self, paths: list[str], namespace: str | None, use_widget: bool) -> None:
+        self.paths = paths
+        self.namespace = namespace
+        self.report: IndexReport | None = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._bar: Any = None
+        self.widget: Any = None
+        if use_widget:
+            import ipywidgets as widgets
+
+            self._bar = widgets.IntProgress(value=0, min=0, max=1, description="indexing")
+            self.label = widgets.HTML("")
+            self.cancel_button = widgets.Button(description="Cancel", icon="stop", button_style="warning")
+            self.cancel_button.on_click(lambda _: self.cancel())
+            self.widget = widgets.VBox([widgets.HBox([self._bar, self.cancel_button]), self.label])
+
+    def cancel(self) -> None:
+        """Stop before the next file (what is committed stays)."""
+        self._cancel.set()
+
+    def progress(self, done: int, total: int, path: str) -> None:
+        """Indexer callback: update the bar, and stop here when cancelled."""
+        if self._cancel.is_set():
+            raise KeyboardInterrupt("cancelled")
+        if self._bar is not None:
+            self._bar.max = max(total, 1)
+            self._bar.value = done
+            self.label.value = f"<small>{done}/{total} {_escape(Path(path).name)}</small>"
+
+    def run(self, memory: Memory) -> IndexReport | None:
+        """Index in the calling thread; an interrupt or :meth:`cancel` keeps committed batches."""
+        try:
+            with _as_usage_errors():
+                self.report = memory.index(*self.paths, namespace=self.namespace, progress=self.progress)
+        except KeyboardInterrupt:
+            self.cancelled = True
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self._finish()
+        return self.report
+
+    def start(self, memory: Memory) -> None:
+        """Index in a background thread; the Cancel button (or :meth:`cancel`) stops it."""
+
+        def work() -> None:
+            # The error is kept on self.error and shown in the widget; a thread has no one to tell.
+            with suppress(BaseException):
+                self.run(memory)
+
+        self._thread = threading.Thread(target=work, name="nbmemory-index", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> IndexReport | None:
+        """Block until a background run ends; return its report (None if cancelled)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.report
+
+    @property
+    def done(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def summary(self) -> str:
+        if self.error is not None:
+            return f"indexing failed: {self.error}"
+        if self.cancelled or self.report is None:
+            return "indexing stopped: every batch committed before the stop is kept (run %memindex again to finish)"
+        return self.report.summary()
+
+    def _finish(self) -> None:
+        if self.widget is None:
+            return
+        self.cancel_button.disabled = True
+        if self.report is not None:
+            self._bar.value = self._bar.max
+            self._bar.bar_style = "success"
+        else:
+            self._bar.bar_style = "danger" if self.error else "warning"
+        self.label.value = f"<small>{_escape(self.summary().splitlines()[0])}</small>"
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+@magics_class
+class MemoryMagics(Magics):
+    """The ``%mem*`` magics. One :class:`~nbmemory.Memory` per kernel, opened on first use."""
+
+    top_k = Integer(10, help="Hits %memsearch, %memrelated and %memcontext use when -k is not given.").tag(
+        config=True
+    )
+    namespace = Unicode(
+        None,
+        allow_none=True,
+        help="Namespace searched and written when --ns is not given. None: search every namespace, "
+        "write to $NBMEMORY_NAMESPACE or 'default'.",
+    ).tag(config=True)
+    home = Unicode(
+        None, allow_none=True, help="Folder of the memory file (default $NBMEMORY_HOME or ~/.nbmemory)."
+    ).tag(config=True)
+    db = Unicode(None, allow_none=True, help="The memory file itself; overrides home.").tag(config=True)
+    model = Unicode(
+        None,
+        allow_none=True,
+        help="Sentence-transformers model name or local folder (default $NBMEMORY_MODEL, else the "
+        "bundled all-MiniLM-L6-v2).",
+    ).tag(config=True)
+    explain = Bool(False, help="Show the ranking trace under every %memsearch table.").tag(config=True)
+    context_budget = Integer(800, help="Token budget of %memcontext when --budget is not given.").tag(
+        config=True
+    )
+    debounce = Float(0.3, help="Seconds %memexplore waits after the last keystroke before searching.").tag(
+        config=True
+    )
+    progress = CaselessStrEnum(
+        ["auto", "widget", "text", "none"],
+        default_value="auto",
+        help="Progress display of %memindex: a widget in a notebook, text in a terminal (auto).",
+    ).tag(config=True)
+    server_root = Unicode(
+        None,
+        allow_none=True,
+        help="Jupyter server root folder, for links to hit sources; found from the Jupyter runtime "
+        "folder when unset.",
+    ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._memory: Memory | None = None
+        self._owns_memory = False
+        self.index_job: IndexJob | None = None
+        self.last_result: SearchResult | None = None
+
+    # -- the kernel's Memory ------------------------------------------------------------------
+    @property
+    def memory(self) -> Memory:
+        """The kernel's Memory, opened on first use from ``db`` / ``home`` / ``model``.
+
+        Assign a :class:`~nbmemory.Memory` to use that one instead (the magics will not close it).
+        """
+        if self._memory is None:
+            from nbmemory.config import Settings
+            from nbmemory.memory import Memory
+
+            with _as_usage_errors():
+                settings = Settings(home=Path(self.home)) if self.home else Settings()
+                self._memory = Memory(self.db, model=self.model, settings=settings)
+            self._owns_memory = True
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: Memory | None) -> None:
+        self.close()
+        self._memory = value
+        self._owns_memory = False
+
+    def close(self) -> None:
+        """Close the Memory the magics opened (a Memory assigned from outside is left open)."""
+        if self._memory is not None and self._owns_memory:
+            self._memory.close()
+        self._memory = None
+        self._owns_memory = False
+
+    @observe("home", "db", "model")
+    def _store_changed(self, change: dict[str, Any]) -> None:
+        # The next magic opens the file (or model) the new settings name.
+        self.close()
+
+    @validate("top_k", "context_budget")
+    def _positive(self, proposal: dict[str, Any]) -> int:
+        value = int(proposal["value"])
+        if value <= 0:
+            raise UsageError(f"MemoryMagics.{proposal['trait'].name} must be greater than 0, got {value}")
+        return value
+
+    def _write_ns(self, ns: str | None) -> str | None:
+        return ns or self.namespace
+
+    def _filters(self, args: Any) -> dict[str, Any]:
+        return {
+            "namespace": args.ns or self.namespace,
+            "kind": args.kind or None,
+            "path": args.path,
+            "tags": args.tag or (),
+            "since": args.since,
+            "until": args.until,
+        }
+
+    def _links(self) -> Links:
+        from nbmemory.notebook_context import links_for
+
+        return links_for(self.shell, self.server_root)
+
+    def _use_widgets(self) -> bool:
+        if self.progress == "auto":
+            # A kernel (ZMQInteractiveShell) has a frontend that renders widgets; a terminal does not.
+            return getattr(self.shell, "kernel", None) is not None
+        return self.progress == "widget"
+
+    def _hit_table(self, result: SearchResult, title: str) -> Any:
+        from nbmemory.display import HitTable
+
+        return HitTable(result.hits, title=title, links=self._links())
+
+    # -- search -----------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("query", nargs="*", help="words to search for (quotes optional)")
+    @argument("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
+    @_filter_arguments
+    @argument_group("output")
+    @argument("--retrievers", help="bm25, vector or bm25,vector (default: both)")
+    @argument("--explain", action="store_true", help="also show the ranking trace, stage by stage")
+    @argument("--json", action="store_true", help="print the hits as JSON instead of a table")
+    @output_can_be_silenced
+    @line_magic
+    def memsearch(self, line: str) -> pl.DataFrame:
+        """Hybrid (BM25 + vector) search of the memory.
+
+        Shows the hits as a table (escaped HTML in a notebook, text in a terminal): score, the rank
+        each retriever gave, the source (notebook hits name the notebook and cell) and an expandable
+        text. Returns the hits as a polars DataFrame; end the line with ``;`` to show the table only.
+
+        Examples::
+
+            %memsearch token rotation -k 5 --ns work --since 30d
+            hits = %memsearch "token rotation" --explain
+        """
+        args = _parse(self.memsearch, line)
+        query = _words(args.query, "query", "%memsearch token rotation -k 5")
+        with _as_usage_errors():
+            config = None
+            if args.retrievers:
+                from nbmemory.search.pipeline import PipelineConfig
+
+                names = tuple(r.strip() for r in args.retrievers.split(",") if r.strip())
+                config = PipelineConfig(retrievers=names, rrf_k=self.memory.settings.rrf_k)
+            result = self.memory.search(query, k=_k(args.k, self.top_k), config=config, **self._filters(args))
+        self.last_result = result
+        if args.json:
+            payload: dict[str, Any] = {"query": result.query, "hits": [h.to_dict() for h in result.hits]}
+            if args.explain:
+                payload["trace"] = result.trace.to_dict()
+            print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
+        else:
+            display(self._hit_table(result, f"{len(result.hits)} hit(s) for {query!r}"))
+            if args.explain or self.explain:
+                from nbmemory.display import TextBlock
+
+                display(TextBlock(result.explain(top=_k(args.k, self.top_k)), title="ranking trace"))
+        return result.to_polars()
+
+    @magic_arguments()
+    @argument("id", type=int, help="item id")
+    @argument("-k", type=int, default=None, help="number of similar items (default: MemoryMagics.top_k)")
+    @output_can_be_silenced
+    @line_magic
+    def memrelated(self, line: str) -> pl.DataFrame:
+        """Items most similar to an item, plus those linked to it.
+
+        Shows them as a table and returns them as a polars DataFrame (``;`` shows the table only).
+
+        Example::
+
+            %memrelated 42 -k 5
+        """
+        args = _parse(self.memrelated, line)
+        from nbmemory.search.pipeline import SearchResult
+        from nbmemory.search.trace import Trace
+
+        with _as_usage_errors():
+            hits = self.memory.related(args.id, k=_k(args.k, self.top_k))
+        result = SearchResult(f"related to #{args.id}", hits, Trace(f"related to #{args.id}"))
+        display(self._hit_table(result, f"{len(hits)} item(s) related to #{args.id}"))
+        return result.to_polars()
+
+    @magic_arguments()
+    @argument("query", nargs="*", help="what the prompt is about (quotes optional)")
+    @argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="most tokens the block may take (default: MemoryMagics.context_budget)",
+    )
+    @argument("-k", type=int, default=None, help="hits considered (default: MemoryMagics.top_k)")
+    @_filter_arguments
+    @line_magic
+    def memcontext(self, line: str) -> Any:
+        """A token-budgeted context block for an LLM prompt, built from the best hits.
+
+        Each hit comes under a line naming its source. Hits that look like prompt injection
+        ("ignore previous instructions", fake role or system markers such as ``<|im_start|>`` or
+        ``### System:``, zero-width characters, base64 payloads that decode to instructions) are
+        kept out and listed under the block. Tokens are estimated as ``ceil(chars / 4)``.
+        Returns a ``ContextBlock``; ``str(block)`` is the text for the prompt.
+
+        Example::
+
+            ctx = %memcontext how do I deploy --budget 800
+        """
+        args = _parse(self.memcontext, line)
+        query = _words(args.query, "query", '%memcontext "how do I deploy" --budget 800')
+        budget = args.budget if args.budget is not None else self.context_budget
+        if budget <= 0:
+            raise UsageError(f"--budget must be a positive number of tokens, got {budget}")
+        from nbmemory.safety import build_context
+
+        with _as_usage_errors():
+            result = self.memory.search(query, k=_k(args.k, self.top_k), **self._filters(args))
+        return build_context(result.hits, budget, query=query)
+
+    # -- writing ----------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--tag", action="append", help="tag (repeatable)")
+    @argument("--importance", type=float, default=0.5, help="0..1 (default 0.5)")
+    @argument("--ns", help="namespace (default: MemoryMagics.namespace, else 'default')")
+    @argument("text", nargs="*", help="the text (line form); with %%%%remember the cell body is the text")
+    @line_cell_magic
+    def remember(self, line: str, cell: str | None = None) -> None:
+        """Remember a piece of text; the very next search finds it.
+
+        Options come first; in the line form the rest of the line is the text, kept verbatim.
+        Secrets (keys, tokens, passwords) are redacted before anything is stored.
+
+        Examples::
+
+            %remember --tag ops Deploys need the VPN on
+
+            %%remember --tag ops --importance 0.8
+            Deploys need the VPN on; staging uses the 10.2 subnet.
+        """
+        if cell is None:
+            options, text = _split_leading_options(line)
+            args = _parse(self.remember, options)
+        else:
+            args = _parse(self.remember, line)
+            if args.text:
+                raise UsageError(
+                    "with %%remember the cell body is the text: put only options on the first line"
+                )
+            text = cell
+        if not text.strip():
+            raise UsageError(
+                "nothing to remember: write the text after the options (%remember --tag ops Deploys "
+                "need the VPN on) or in the cell body (%%remember)"
+            )
+        with _as_usage_errors():
+            item = self.memory.remember(
+                text, tags=args.tag or (), importance=args.importance, namespace=self._write_ns(args.ns)
+            )
+        note = " (secrets redacted)" if item.text != text.strip() else ""
+        tags = f" tags={item.tags}" if item.tags else ""
+        print(f"remembered #{item.id} in namespace {item.namespace!r}{tags}{note}")
+
+    @magic_arguments()
+    @argument("ids", nargs="*", type=int, help="item ids")
+    @argument("--query", nargs="+", help="forget the top -k hits of this query (shows them unless --yes)")
+    @argument("-k", type=int, default=1, help="with --query: how many hits (default 1)")
+    @argument("--path", help="forget everything from this file (or glob)")
+    @argument("--ns", help="only in this namespace")
+    @argument("--yes", action="store_true", help="with --query: really forget")
+    @line_magic
+    def memforget(self, line: str) -> None:
+        """Forget items by id, by the top hits of a query, or by source file (a soft delete).
+
+        A forgotten item never shows up in results again; a forgotten file is not re-indexed.
+        ``--query`` first shows what would go; add ``--yes`` to forget it.
+
+        Examples::
+
+            %memforget 42 43
+            %memforget --query "old vpn note" -k 2 --yes
+            %memforget --path ~/notes/old.md
+        """
+        args = _parse(self.memforget, line)
+        given = sum(bool(x) for x in (args.ids, args.query, args.path))
+        if given != 1:
+            raise UsageError(
+                "give exactly one of: item ids, --query TEXT, or --path FILE (e.g. %memforget 42)"
+            )
+        query = " ".join(args.query) if args.query else None
+        with _as_usage_errors():
+            if query and not args.yes:
+                result = self.memory.search(query, k=_k(args.k, 1), namespace=args.ns, log=False)
+                display(
+                    self._hit_table(result, f"would forget {len(result.hits)} item(s): add --yes to forget")
+                )
+                return
+            ids = self.memory.forget(
+                args.ids or None, query=query, k=_k(args.k, 1), path=args.path, namespace=args.ns
+            )
+        print(f"forgot {len(ids)} item(s)" + (f": {', '.join(map(str, ids[:20]))}" if ids else ""))
+
+    @magic_arguments()
+    @argument("id", type=int, help="item id")
+    @argument("--text", help="new text (re-embedded and indexed)")
+    @argument("--tag", action="append", help="replace the tags (repeatable)")
+    @argument("--importance", type=float, help="0..1")
+    @argument("--pin", action="store_true", default=None, help="pin the item")
+    @argument("--unpin", action="store_true", help="unpin the item")
+    @line_magic
+    def memupdate(self, line: str) -> None:
+        """Change an item's text, tags, importance or pin.
+
+        Example::
+
+            %memupdate 42 --importance 0.9 --pin
+        """
+        args = _parse(self.memupdate, line)
+        if args.pin and args.unpin:
+            raise UsageError("give --pin or --unpin, not both")
+        pinned = True if args.pin else (False if args.unpin else None)
+        if args.text is None and args.tag is None and args.importance is None and pinned is None:
+            raise UsageError("nothing to change: give --text, --tag, --importance, --pin or --unpin")
+        with _as_usage_errors():
+            item = self.memory.update(
+                args.id, text=args.text, tags=args.tag, importance=args.importance, pinned=pinned
+            )
+        print(f"updated #{item.id}: importance={item.importance:g}, pinned={item.pinned}, tags={item.tags}")
+
+    @magic_arguments()
+    @argument("src", type=int, help="item id the link starts from")
+    @argument("dst", type=int, help="item id the link points to")
+    @argument(
+        "--type",
+        default="related",
+        help="similar, related, contradicts, extends, supersedes, caused_by or temporal (default related)",
+    )
+    @argument("--note", help="free text kept with the link")
+    @line_magic
+    def memlink(self, line: str) -> None:
+        """Record a typed link between two items.
+
+        Example::
+
+            %memlink 42 17 --type supersedes --note "new subnet"
+        """
+        args = _parse(self.memlink, line)
+        with _as_usage_errors():
+            self.memory.link(args.src, args.dst, args.type, note=args.note)
+        print(f"linked #{args.src} -[{args.type}]-> #{args.dst}")
+
+    @magic_arguments()
+    @argument("paths", nargs="*", help="files or folders (default: this notebook)")
+    @argument("--ns", help="namespace to index into (default: MemoryMagics.namespace, else 'default')")
+    @argument(
+        "--background",
+        action="store_true",
+        help="index in a thread and return at once; the Cancel button stops it",
+    )
+    @line_magic
+    def memindex(self, line: str) -> None:
+        """Index files and folders (markdown, notebooks, code, text), incrementally, with progress.
+
+        With no path, indexes this notebook: its saved ``.ipynb`` file when the kernel knows it
+        (save first), else the cells this kernel has run, as ``sessions/kernel-<n>.ipynb`` next to
+        the memory file (cell ``i`` is ``In[i]``). Interrupt the kernel to stop (or, with
+        ``--background``, press Cancel): every batch committed so far stays indexed.
+
+        Examples::
+
+            %memindex ~/notes ~/projects --ns work
+            %memindex
+        """
+        args = _parse(self.memindex, line)
+        if self.index_job is not None and not self.index_job.done:
+            raise UsageError("an index run is still going: wait for it or press its Cancel button")
+        paths = [str(Path(p).expanduser()) for p in args.paths]
+        if not paths:
+            paths = [str(self._this_notebook())]
+        job = IndexJob(paths, self._write_ns(args.ns), use_widget=self._use_widgets())
+        self.index_job = job
+        if job.widget is not None:
+            if not args.background:
+                # The button cannot fire while this cell runs; interrupting the kernel stops it.
+                job.cancel_button.layout.display = "none"
+            display(job.widget)
+        if args.background:
+            job.start(self.memory)
+            return
+        if job.widget is None and self.progress != "none":
+            self._index_with_text_bar(job)
+        else:
+            job.run(self.memory)
+        if job.report is not None:
+            for path, reason in job.report.skipped:
+                print(f"skipped {path}: {reason}", file=sys.stderr)
+        print(job.summary())
+
+    def _index_with_text_bar(self, job: IndexJob) -> None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=0, desc="indexing", unit="file", file=sys.stderr, leave=False)
+        inner = job.progress
+
+        def progress(done: int, total: int, path: str) -> None:
+            inner(done, total, path)
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        job.progress = progress  # type: ignore[method-assign]
+        try:
+            job.run(self.memory)
+        finally:
+            bar.close()
+
+    def _this_notebook(self) -> Path:
+        from nbmemory.notebook_context import current_notebook, history_notebook
+
+        found = current_notebook(self.shell)
+        if found is not None:
+            print(f"indexing this notebook: {found}")
+            return found
+        folder = self.memory.path.parent / "sessions"
+        snapshot = history_notebook(self.shell, folder)
+        print(f"this kernel's notebook file is unknown: indexing the cells it ran, as {snapshot}")
+        return snapshot
+
+    # -- reading ----------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("id", type=int, help="item id")
+    @argument("--json", action="store_true", help="print the item as JSON")
+    @line_magic
+    def memget(self, line: str) -> None:
+        """Show one item (counts as an access).
+
+        Example::
+
+            %memget 42
+        """
+        args = _parse(self.memget, line)
+        with _as_usage_errors():
+            item = self.memory.get(args.id)
+        if args.json:
+            from dataclasses import asdict
+
+            print(json.dumps(asdict(item), indent=2, default=str, ensure_ascii=False))
+            return
+        from nbmemory.display import ItemView
+
+        display(ItemView(item, links=self._links()))
+
+    @magic_arguments()
+    @argument("--json", action="store_true", help="print the figures as JSON")
+    @line_magic
+    def memstats(self, line: str) -> None:
+        """Counts by kind and namespace, file size, model and index state.
+
+        Example::
+
+            %memstats
+        """
+        args = _parse(self.memstats, line)
+        with _as_usage_errors():
+            stats = self.memory.stats()
+        if args.json:
+            print(json.dumps(stats, indent=2, default=str))
+            return
+        from nbmemory.display import StatsView
+
+        display(StatsView(stats))
+
+    @magic_arguments()
+    @argument("query", nargs="*", help="start with this search")
+    @argument("--ns", help="start with this namespace selected")
+    @argument("--kind", action="append", choices=KINDS, help="start with this kind selected (repeatable)")
+    @line_magic
+    def memexplore(self, line: str) -> MemoryExplorer:
+        """The memory explorer widget: search as you type, filter, inspect, forget, pin.
+
+        Results show the score and the rank each retriever gave, an expandable snippet, buttons to
+        forget / pin / raise importance, the ranking trace and a diagnostics chart.
+
+        Example::
+
+            %memexplore token rotation --ns work
+        """
+        args = _parse(self.memexplore, line)
+        from nbmemory.widgets import MemoryExplorer
+
+        with _as_usage_errors():
+            return MemoryExplorer(
+                self.memory,
+                query=" ".join(args.query),
+                namespace=args.ns or self.namespace,
+                kinds=list(args.kind or []),
+                top_k=self.top_k,
+                debounce=self.debounce,
+                links=self._links(),
+            )
+
+    @line_magic("memory")
+    def memory_magic(self, line: str = "") -> Memory:
+        """The kernel's :class:`~nbmemory.Memory` object, for the Python API.
+
+        Example::
+
+            mem = %memory
+            result = mem.search("token rotation", k=5)
+        """
+        if line.strip():
+            raise UsageError(
+                "%memory takes no arguments: use %config MemoryMagics.db = '...' to switch files"
+            )
+        return self.memory
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics (``%load_ext nbmemory``)."""
+    ipython.register_magics(MemoryMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Close the Memory the magics opened (``%unload_ext nbmemory``)."""
+    magics = ipython.magics_manager.registry.get("MemoryMagics")
+    if magics is not None:
+        magics.close()

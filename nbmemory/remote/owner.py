@@ -1,0 +1,143 @@
+"""The owner: the one process that holds the DuckDB file and answers the others.
+
+DuckDB lets one process open a file read-write and then refuses every other process, even
+read-only (DESIGN.md, note 5). So whichever process opens a memory first owns it and serves
+the facade's methods on a Unix socket next to nothing else: a folder only this user can enter,
+and an HMAC challenge with a per-file key (``multiprocessing.connection``), JSON messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+import tempfile
+import threading
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from nbmemory.remote import wire
+
+
+def runtime_dir() -> Path:
+    """A folder only this user can enter, for sockets and keys."""
+    base = os.environ.get("NBMEMORY_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(base) / "nbmemory" if base else Path(tempfile.gettempdir()) / f"nbmemory-{os.getuid()}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def endpoint(db_path: Path) -> tuple[str, Path]:
+    """Socket address and key file of the owner of ``db_path`` (short: sockets allow ~100 bytes)."""
+    digest = hashlib.sha256(str(Path(db_path).expanduser().absolute()).encode()).hexdigest()[:16]
+    folder = runtime_dir()
+    return str(folder / f"{digest}.sock"), folder / f"{digest}.key"
+
+
+def read_key(key_path: Path) -> bytes | None:
+    try:
+        return key_path.read_bytes()
+    except OSError:
+        return None
+
+
+def try_connect(db_path: Path, timeout: float = 5.0) -> Connection | None:
+    """A connection to the live owner of ``db_path``, or None if there is none."""
+    address, key_path = endpoint(db_path)
+    key = read_key(key_path)
+    if key is None or not os.path.exists(address):
+        return None
+    # Probe first: Client() on a dead socket can block on the auth handshake.
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(address)
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    try:
+        conn = Client(address, family="AF_UNIX", authkey=key)
+    except (OSError, EOFError):
+        return None
+    return conn
+
+
+class OwnerServer:
+    """Serves ``call(method, args, kwargs)`` requests against a local :class:`Memory`.
+
+    Parameters
+    ----------
+    memory:
+        The owner's facade; requests run one at a time under ``lock``.
+    lock:
+        Shared with the owner's own local calls so the two never interleave.
+    """
+
+    def __init__(self, memory: Any, lock: threading.RLock) -> None:
+        self.memory = memory
+        self.lock = lock
+        self.address, self.key_path = endpoint(memory.path)
+        # The socket left by a dead owner: safe to remove, we hold the file's lock now.
+        if os.path.exists(self.address):
+            os.unlink(self.address)
+        key = secrets.token_bytes(32)
+        fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+        self.listener = Listener(self.address, family="AF_UNIX", authkey=key)
+        self.requests = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept_loop, name="nbmemory-owner", daemon=True)
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                conn = self.listener.accept()
+            except (OSError, EOFError, ValueError, AuthenticationError):
+                if self._closed:
+                    return
+                continue  # a client that failed the handshake
+            threading.Thread(target=self._serve, args=(conn,), name="nbmemory-client", daemon=True).start()
+
+    def _serve(self, conn: Connection) -> None:
+        with conn:
+            while True:
+                try:
+                    request = wire.loads(conn.recv_bytes())
+                except (EOFError, OSError):
+                    return
+                conn.send_bytes(wire.dumps(self._answer(request)))
+
+    def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        method = request.get("method")
+        if method not in wire.METHODS:
+            return {"error": {"type": "ConfigError", "message": f"unknown method {method!r}"}}
+        if method == "ping":
+            return {"ok": {"pid": os.getpid()}}
+        try:
+            with self.lock:
+                self.requests += 1
+                result = getattr(self.memory, str(method))(
+                    *request.get("args", []), **request.get("kwargs", {})
+                )
+            return {"ok": result}
+        except Exception as exc:  # every error goes back to the caller, the owner keeps serving
+            return {"error": wire.error_payload(exc)}
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+        for path in (self.address, str(self.key_path)):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -1,0 +1,108 @@
+"""JSON on the wire between a client and the owner: results to plain data and back.
+
+No pickle: a message is JSON, and only the facade's methods can be called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from typing import Any
+
+from nbmemory import errors
+from nbmemory.ingest.indexer import IndexReport
+from nbmemory.items import Hit, Item
+from nbmemory.search.pipeline import SearchResult
+from nbmemory.search.trace import Stage, Trace
+
+# Methods a client may call on the owner's Memory.
+METHODS = frozenset(
+    {
+        "index",
+        "remember",
+        "remember_many",
+        "get",
+        "update",
+        "forget",
+        "link",
+        "links",
+        "related",
+        "search",
+        "stats",
+        "doctor",
+        "export",
+        "reembed",
+        "ping",
+    }
+)
+_DATES = ("created_at", "updated_at", "deleted_at")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"__dt__": value.isoformat()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            "__type__": type(value).__name__,
+            **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)},
+        }
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"cannot send {type(value).__name__} over the wire")
+
+
+def _hook(obj: dict[str, Any]) -> Any:
+    if "__dt__" in obj:
+        return datetime.fromisoformat(obj["__dt__"])
+    kind = obj.pop("__type__", None)
+    if kind is None:
+        return obj
+    if kind == "Hit":
+        obj["ranks"] = {k: int(v) for k, v in obj["ranks"].items()}
+        return Hit(**obj)
+    if kind == "Item":
+        return Item(**obj)
+    if kind == "Stage":
+        obj["scores"] = {int(k): v for k, v in obj["scores"].items()}
+        obj["detail"] = {int(k): v for k, v in obj["detail"].items()}
+        return Stage(**obj)
+    if kind == "Trace":
+        return Trace(**obj)
+    if kind == "SearchResult":
+        return SearchResult(**obj)
+    if kind == "PipelineConfig":
+        from nbmemory.search.pipeline import PipelineConfig
+
+        obj["retrievers"] = tuple(obj["retrievers"])
+        return PipelineConfig(**obj)
+    if kind == "IndexReport":
+        obj["skipped"] = [tuple(x) for x in obj["skipped"]]
+        return IndexReport(**obj)
+    if kind in ("Check", "DoctorReport"):
+        from nbmemory import memory
+
+        return getattr(memory, kind)(**obj)
+    return obj
+
+
+def dumps(message: Any) -> bytes:
+    return json.dumps(message, default=_default, ensure_ascii=False).encode()
+
+
+def loads(data: bytes) -> Any:
+    return json.loads(data.decode(), object_hook=_hook)
+
+
+def error_payload(exc: BaseException) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+def raise_error(payload: dict[str, str]) -> None:
+    """Re-raise the owner's error in the client as the same nbmemory error class."""
+    cls = getattr(errors, payload.get("type", ""), None)
+    if isinstance(cls, type) and issubclass(cls, errors.NbMemoryError) and cls is not errors.BadFileError:
+        raise cls(payload["message"])
+    raise errors.NbMemoryError(f"{payload.get('type')}: {payload.get('message')}")

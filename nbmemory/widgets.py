@@ -1,0 +1,379 @@
+"""The memory explorer: an ipywidgets panel to search as you type, filter, inspect and curate.
+
+:class:`MemoryExplorer` keeps its state in traitlets (``query``, ``namespace``, ``kinds``,
+``since``, ``tags``, ``top_k``, ``result``), linked to the input widgets, so code and tests drive it
+the same way a user does. A change of query or filter starts a search after ``debounce`` seconds of
+quiet, in a timer thread, so typing never waits on a search in the kernel's main thread; a search
+overtaken by a newer one is dropped. With ``debounce=0`` every change searches at once in the
+calling thread (what tests use), and :meth:`MemoryExplorer.search_now` searches on demand.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+from traitlets import Any as AnyTrait
+from traitlets import CaselessStrEnum, Float, Instance, Integer, List, Unicode, observe
+
+from nbmemory.display import location_html
+from nbmemory.errors import NbMemoryError
+from nbmemory.items import Hit
+from nbmemory.notebook_context import Links
+from nbmemory.search.filters import KINDS
+from nbmemory.search.pipeline import SearchResult
+
+if TYPE_CHECKING:
+    from nbmemory.memory import Memory
+
+__all__ = ["MemoryExplorer", "ResultRow"]
+
+CHARTS = ("ranks", "scores", "contribution")
+IMPORTANCE_STEP = 0.1
+
+
+class ResultRow(widgets.VBox):
+    """One hit: header with score and retriever ranks, expandable text, and action buttons.
+
+    Parameters
+    ----------
+    hit:
+        The hit shown.
+    position:
+        Its 1-based rank in the results.
+    explorer:
+        The explorer whose actions the buttons call.
+    """
+
+    hit = Instance(Hit)
+
+    def __init__(self, hit: Hit, position: int, explorer: MemoryExplorer) -> None:
+        self.explorer = explorer
+        self.position = position
+        self.header = widgets.HTML()
+        self.body = widgets.HTML(_body_html(hit))
+        self.forget_button = widgets.Button(description="Forget", icon="trash", button_style="danger")
+        self.pin_button = widgets.Button(description="Pin", icon="thumb-tack")
+        self.raise_button = widgets.Button(description="Importance +", icon="arrow-up")
+        for button in (self.forget_button, self.pin_button, self.raise_button):
+            button.layout = widgets.Layout(width="auto")
+        self.forget_button.on_click(lambda _: explorer.forget(self.hit.id))
+        self.pin_button.on_click(lambda _: explorer.toggle_pin(self.hit.id))
+        self.raise_button.on_click(lambda _: explorer.raise_importance(self.hit.id))
+        buttons = widgets.HBox([self.forget_button, self.pin_button, self.raise_button])
+        super().__init__(
+            [self.header, self.body, buttons],
+            hit=hit,
+            layout=widgets.Layout(
+                border="1px solid var(--jp-border-color2, #ddd)", padding="4px", margin="2px 0"
+            ),
+        )
+
+    def close(self) -> None:
+        """Close the row and the widgets inside it."""
+        for child in (self.header, self.body, self.forget_button, self.pin_button, self.raise_button):
+            child.close()
+        for child in self.children:
+            child.close()
+        super().close()
+
+    @observe("hit")
+    def _hit_changed(self, change: dict[str, Any]) -> None:
+        if hasattr(self, "header"):
+            self._render_header()
+
+    def _render_header(self) -> None:
+        hit = self.hit
+        ranks = " · ".join(
+            f"{name} #{hit.ranks[name]}" if name in hit.ranks else f"{name} –" for name in ("bm25", "vector")
+        )
+        tags = "".join(f" <code>#{html.escape(t)}</code>" for t in hit.tags)
+        self.header.value = (
+            f"<b>{self.position}.</b> score <b>{hit.score:.4f}</b> <small>({ranks})</small> · "
+            f"{location_html(hit, self.explorer.links, widget=True)} · "
+            f"<small>{html.escape(hit.kind)} · {html.escape(hit.namespace)} · "
+            f"importance {hit.importance:.1f} · #{int(hit.id)}</small>{tags}"
+        )
+
+
+def _body_html(hit: Hit) -> str:
+    heading = f"<div><b>{html.escape(hit.heading)}</b></div>" if hit.heading else ""
+    return (
+        f"{heading}<details><summary>{html.escape(hit.snippet)}</summary>"
+        "<div style='white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace)'>"
+        f"{html.escape(hit.text)}</div></details>"
+    )
+
+
+class MemoryExplorer(widgets.VBox):
+    """Search box, filters, ranked results with actions, the ranking trace and a diagnostics chart.
+
+    Parameters
+    ----------
+    memory:
+        The :class:`~nbmemory.Memory` to explore.
+    query, namespace, kinds, since, tags, top_k:
+        Initial search and filters (all traitlets; setting one searches again).
+    debounce:
+        Seconds of quiet after a change before searching, in a timer thread; 0 searches at once in
+        the calling thread.
+    links:
+        How sources become links (see :func:`nbmemory.notebook_context.links_for`).
+    """
+
+    # Python-side state; the child widgets carry what the browser shows, so none of it is synced.
+    query = Unicode("")
+    namespace = Unicode(None, allow_none=True)
+    kinds = List(Unicode())
+    since = Unicode("")
+    tags = List(Unicode())
+    top_k = Integer(10)
+    debounce = Float(0.3)
+    chart_kind = CaselessStrEnum(CHARTS, default_value="ranks")
+    result = Instance(SearchResult, allow_none=True)
+    chart = AnyTrait(None, allow_none=True)
+    status = Unicode("")
+
+    def __init__(self, memory: Memory, *, links: Links | None = None, **kwargs: Any) -> None:
+        self.memory = memory
+        self.links = links
+        self._ready = False
+        self._timer: threading.Timer | None = None
+        self._seq = 0
+        self._lock = threading.RLock()
+        self.rows: list[ResultRow] = []
+
+        self.search_box = widgets.Text(
+            placeholder="search your memory…", continuous_update=True, layout=widgets.Layout(flex="1")
+        )
+        self.k_box = widgets.BoundedIntText(
+            min=1, max=200, description="k", layout=widgets.Layout(width="110px")
+        )
+        self.ns_picker = widgets.Dropdown(description="namespace", layout=widgets.Layout(width="230px"))
+        self.kind_picker = widgets.TagsInput(allowed_tags=list(KINDS), allow_duplicates=False)
+        self.since_box = widgets.Combobox(
+            options=["1d", "7d", "30d", "365d"],
+            placeholder="since: 30d or 2026-01-31",
+            ensure_option=False,
+            layout=widgets.Layout(width="190px"),
+        )
+        self.tag_picker = widgets.TagsInput(allowed_tags=[], allow_duplicates=False)
+        self.status_line = widgets.HTML()
+        self.results_box = widgets.VBox()
+        self.explain_html = widgets.HTML()
+        self.chart_picker = widgets.ToggleButtons(options=list(CHARTS), style={"button_width": "auto"})
+        self.chart_out = widgets.Output()
+        self.tabs = widgets.Tab(
+            [self.results_box, self.explain_html, widgets.VBox([self.chart_picker, self.chart_out])],
+            titles=("Results", "Explain", "Chart"),
+        )
+        filters = widgets.HBox(
+            [
+                self.ns_picker,
+                widgets.HTML("kind"),
+                self.kind_picker,
+                self.since_box,
+                widgets.HTML("tags"),
+                self.tag_picker,
+            ],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        super().__init__([widgets.HBox([self.search_box, self.k_box]), filters, self.status_line, self.tabs])
+        self._refresh_namespaces(kwargs.get("namespace"))
+        # Traits first, then the links: the initial values then flow from traits to widgets.
+        with self.hold_trait_notifications():
+            for name, value in kwargs.items():
+                setattr(self, name, value)
+        self.k_box.value = self.top_k
+        for source, target in (
+            ((self.search_box, "value"), "query"),
+            ((self.k_box, "value"), "top_k"),
+            ((self.ns_picker, "value"), "namespace"),
+            ((self.kind_picker, "value"), "kinds"),
+            ((self.since_box, "value"), "since"),
+            ((self.tag_picker, "value"), "tags"),
+            ((self.chart_picker, "value"), "chart_kind"),
+        ):
+            widgets.link((self, target), source)
+        self._ready = True
+        if self.query.strip():
+            self.search_now()
+
+    # -- searching --------------------------------------------------------------------------
+    @observe("query", "namespace", "kinds", "since", "tags", "top_k")
+    def _search_changed(self, change: dict[str, Any]) -> None:
+        if getattr(self, "_ready", False):
+            self.schedule()
+
+    def schedule(self) -> None:
+        """Search after ``debounce`` seconds of quiet (at once when ``debounce`` is 0)."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self.debounce > 0:
+                self._timer = threading.Timer(self.debounce, self._search, args=(seq,))
+                self._timer.daemon = True
+                self._timer.start()
+                self.status_line.value = "<small>searching…</small>"
+                return
+        self._search(seq)
+
+    def search_now(self) -> SearchResult | None:
+        """Search with the current query and filters in this thread; returns the result."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        return self._search(seq)
+
+    def _search(self, seq: int) -> SearchResult | None:
+        query = self.query.strip()
+        if not query:
+            self._apply(seq, None, "<small>type to search</small>")
+            return None
+        try:
+            # As-you-type searches are not logged: partial queries would skew retrieval counters.
+            result = self.memory.search(
+                query,
+                k=self.top_k,
+                namespace=self.namespace or None,
+                kind=list(self.kinds) or None,
+                tags=list(self.tags),
+                since=self.since.strip() or None,
+                log=False,
+            )
+        except NbMemoryError as exc:
+            self._apply(seq, self.result, f"<span style='color:#b00'>{html.escape(str(exc))}</span>")
+            return None
+        ms = result.trace.total_ms
+        self._apply(seq, result, f"<small>{len(result.hits)} hit(s) in {ms:.0f} ms</small>")
+        return result
+
+    def _apply(self, seq: int, result: SearchResult | None, status: str) -> None:
+        with self._lock:
+            # A newer search was started while this one ran: its result wins.
+            if seq != self._seq:
+                return
+            self.status_line.value = status
+            self.status = _strip_tags(status)
+            self.result = result
+
+    @observe("result")
+    def _render(self, change: dict[str, Any]) -> None:
+        result: SearchResult | None = change["new"]
+        hits = result.hits if result is not None else []
+        old, self.rows = self.rows, [ResultRow(hit, i, self) for i, hit in enumerate(hits, start=1)]
+        self.results_box.children = tuple(self.rows)
+        for row in old:
+            row.close()
+        self.explain_html.value = (
+            f"<pre>{html.escape(result.explain(top=self.top_k))}</pre>" if result is not None else ""
+        )
+        self._render_chart()
+
+    @observe("chart_kind")
+    def _chart_kind_changed(self, change: dict[str, Any]) -> None:
+        if getattr(self, "_ready", False):
+            self._render_chart()
+
+    def _render_chart(self) -> None:
+        from nbmemory import plots
+
+        result = self.result
+        self.chart = None
+        if result is not None and result.hits:
+            make = {
+                "ranks": plots.rank_scatter,
+                "scores": plots.score_distributions,
+                "contribution": plots.contribution,
+            }[self.chart_kind]
+            self.chart = make(result)
+        # Set outputs directly, not `with out:`: the context manager misroutes output from threads.
+        self.chart_out.outputs = (
+            ({"output_type": "display_data", "data": chart_bundle(self.chart), "metadata": {}},)
+            if self.chart is not None
+            else ()
+        )
+
+    # -- actions ----------------------------------------------------------------------------
+    def forget(self, item_id: int) -> None:
+        """Forget an item; it leaves the results at once, then the search runs again."""
+        self.memory.forget(item_id)
+        with self._lock:
+            if self.result is not None:
+                kept = [h for h in self.result.hits if h.id != item_id]
+                self.result = SearchResult(self.result.query, kept, self.result.trace)
+        self.status_line.value = f"<small>forgot #{int(item_id)}</small>"
+        self.schedule()
+
+    def toggle_pin(self, item_id: int) -> bool:
+        """Pin an unpinned item or unpin a pinned one; returns the new state."""
+        item = self.memory.get(item_id, touch=False)
+        updated = self.memory.update(item_id, pinned=not item.pinned)
+        for row in self.rows:
+            if row.hit.id == item_id:
+                row.pin_button.description = "Unpin" if updated.pinned else "Pin"
+        self.status_line.value = (
+            f"<small>{'pinned' if updated.pinned else 'unpinned'} #{int(item_id)}</small>"
+        )
+        return updated.pinned
+
+    def raise_importance(self, item_id: int, step: float = IMPORTANCE_STEP) -> float:
+        """Raise an item's importance by ``step`` (capped at 1); returns the new importance."""
+        item = self.memory.get(item_id, touch=False)
+        updated = self.memory.update(item_id, importance=round(min(1.0, item.importance + step), 3))
+        for row in self.rows:
+            if row.hit.id == item_id:
+                row.hit = _with_importance(row.hit, updated.importance)
+        self.status_line.value = f"<small>#{int(item_id)} importance {updated.importance:.1f}</small>"
+        return updated.importance
+
+    def close(self) -> None:
+        """Stop a pending search and close the widget and its parts."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            for row in self.rows:
+                row.close()
+        super().close()
+
+    def _refresh_namespaces(self, wanted: str | None = None) -> None:
+        try:
+            names = sorted(self.memory.stats()["by_namespace"])
+        except NbMemoryError:
+            names = []
+        if wanted and wanted not in names:
+            names.append(wanted)
+        self.ns_picker.options = [("(all)", None)] + [(n, n) for n in names]
+
+
+def chart_bundle(chart: Any) -> dict[str, Any]:
+    """A chart's display data: SVG drawn by vl-convert when installed, else altair's own bundle.
+
+    Altair's default renderer loads vega from a CDN, which an offline machine cannot reach.
+    """
+    try:
+        import vl_convert
+    except ImportError:
+        bundle = chart._repr_mimebundle_()
+        return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+    return {"image/svg+xml": vl_convert.vegalite_to_svg(chart.to_dict()), "text/plain": repr(chart)[:200]}
+
+
+def _with_importance(hit: Hit, importance: float) -> Hit:
+    from dataclasses import replace
+
+    return replace(hit, importance=importance)
+
+
+def _strip_tags(text: str) -> str:
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
