@@ -7,7 +7,6 @@ import json
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from nbmemory.errors import NbMemoryError

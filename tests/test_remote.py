@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nbmemory import Memory, NotFoundError
+from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import connect
 from nbmemory.remote.owner import endpoint
@@ -133,7 +133,7 @@ def _run_with_owner_kill(tmp_path: Path, per_worker: int, kills: int) -> dict[st
         stored = {i for (i,) in mem.db.fetchall("SELECT id FROM chunks WHERE deleted_at IS NULL")}
         texts = [t for (t,) in mem.db.fetchall("SELECT text FROM chunks WHERE deleted_at IS NULL")]
         missing = [i for ids in committed.values() for i in ids if i not in stored]
-        for name, ids in committed.items():
+        for name, _ids in committed.items():
             assert mem.search(f"{name} fact {per_worker - 1}", k=5, tags=[name]).hits
         doctor_ok = mem.doctor().ok
     return {

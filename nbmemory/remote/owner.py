@@ -8,6 +8,7 @@ and an HMAC challenge with a per-file key (``multiprocessing.connection``), JSON
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -132,12 +133,8 @@ class OwnerServer:
 
     def close(self) -> None:
         self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self.listener.close()
-        except OSError:
-            pass
         for path in (self.address, str(self.key_path)):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass

@@ -10,6 +10,7 @@ so a write retried after its owner died is stored once.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
@@ -116,10 +117,8 @@ class SharedMemory:
 
     def _drop_conn(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._conn.close()
-            except OSError:
-                pass
             self._conn = None
 
     def index(self, *paths: str | os.PathLike[str], namespace: str | None = None) -> Any:
