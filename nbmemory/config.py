@@ -70,6 +70,21 @@ class Settings:
         if self.device not in (None, "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
             raise ConfigError(f"device {self.device!r} is not one of cpu, cuda, cuda:N, mps")
 
+    def override(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        model: str | None = None,
+        namespace: str | None = None,
+    ) -> Settings:
+        """These settings with the given arguments taking precedence (None keeps a value)."""
+        if path is not None:
+            self.path = Path(path).expanduser()
+        if model is not None:
+            self.model = model
+        if namespace is not None:
+            self.namespace = namespace
+        return self
+
     @property
     def db_path(self) -> Path:
         assert self.path is not None  # set in __post_init__

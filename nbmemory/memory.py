@@ -91,13 +91,7 @@ class Memory:
         progress: bool = False,
         pipeline: PipelineConfig | None = None,
     ) -> None:
-        settings = settings or Settings()
-        if path is not None:
-            settings.path = Path(path).expanduser()
-        if model is not None:
-            settings.model = model
-        if namespace is not None:
-            settings.namespace = namespace
+        settings = (settings or Settings()).override(path, model, namespace)
         if on_model_change not in ("reembed", "error", "defer"):
             raise ConfigError(f"on_model_change must be reembed, error or defer, not {on_model_change!r}")
         self.settings = settings

@@ -216,11 +216,7 @@ def connect(
     allow_owner:
         False makes this process a client only (it waits for an owner to appear).
     """
-    settings = Settings(home=Path(home)) if home is not None else Settings()
-    if path is not None:
-        settings.path = Path(path).expanduser()
-    if model is not None:
-        settings.model = model
-    if namespace is not None:
-        settings.namespace = namespace
+    settings = (Settings(home=Path(home)) if home is not None else Settings()).override(
+        path, model, namespace
+    )
     return SharedMemory(settings, {"progress": progress, **memory_kwargs}, allow_owner=allow_owner)
