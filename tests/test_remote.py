@@ -162,3 +162,19 @@ def test_sustained_shared_use_with_owner_kill(tmp_path: Path) -> None:
     figures = _run_with_owner_kill(tmp_path, per_worker=1000, kills=1)
     print(json.dumps(figures))
     assert figures["errors"] == 0 and figures["missing"] == [] and figures["duplicates"] == 0
+
+
+def test_wire_round_trips_results_and_refuses_unknown_types(fake_mem: Memory) -> None:
+    from nbmemory.remote import wire
+    from nbmemory.search.pipeline import PipelineConfig
+
+    fake_mem.remember("wire format check", tags=["t"])
+    result = fake_mem.search("wire format", k=3)
+    back = wire.loads(wire.dumps({"ok": result}))["ok"]
+    assert back.ids == result.ids
+    assert back.hits[0].ranks == result.hits[0].ranks and back.hits[0].updated_at == result.hits[0].updated_at
+    assert back.explain() == result.explain()
+    config = wire.loads(wire.dumps(PipelineConfig(retrievers=("bm25",), depth=7)))
+    assert config == PipelineConfig(retrievers=("bm25",), depth=7)
+    with pytest.raises(TypeError, match="cannot send"):
+        wire.dumps(object())
