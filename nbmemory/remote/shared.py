@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -121,9 +121,19 @@ class SharedMemory:
                 self._conn.close()
             self._conn = None
 
-    def index(self, *paths: str | os.PathLike[str], namespace: str | None = None) -> Any:
+    def index(
+        self,
+        *paths: str | os.PathLike[str],
+        namespace: str | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
+    ) -> Any:
+        """Index files and folders. ``progress`` is called only when this process is the owner
+        (a callback cannot cross the socket); a client's call returns when the owner is done."""
         # The owner may run in another folder: send absolute paths.
         absolute = [str(Path(p).expanduser().absolute()) for p in paths]
+        if self._local is not None and progress is not None:
+            with self._lock:
+                return self._local.index(*absolute, namespace=namespace, progress=progress)
         return self._call("index", *absolute, namespace=namespace)
 
     def remember(self, text: str, **kwargs: Any) -> Any:
