@@ -14,12 +14,21 @@ $(STAMP): pyproject.toml
 	# torch first: the pinned CPU build; an unpinned torch drags in GBs of CUDA.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# An editable install skips [tool.setuptools.data-files]: put in place what a wheel install
+	# puts there (the server extension's config, the prebuilt labextension), offline.
+	install -D -m 644 jupyter-config/jupyter_server_config.d/nbmemory.json \
+		$(VENV)/etc/jupyter/jupyter_server_config.d/nbmemory.json
+	mkdir -p $(VENV)/share/jupyter/labextensions
+	ln -sfn $(CURDIR)/nbmemory/labextension $(VENV)/share/jupyter/labextensions/nbmemory
 	touch $(STAMP)
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/nbmemory demo
 
 test: $(STAMP)
+	# The UI tests drive Debian's Chromium (no browser download); they skip if it cannot be had.
+	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+		|| echo "chromium could not be installed: the UI tests will be skipped"
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" -q
 
 lint: $(STAMP)

@@ -26,6 +26,16 @@ def load_ipython_extension(ipython: object) -> None:
     load(ipython)
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension: the ``/nbmemory/`` REST API (``nbmemory.server``)."""
+    return [{"module": "nbmemory.server"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The prebuilt JupyterLab extension (the Memory sidebar) shipped in ``nbmemory/labextension``."""
+    return [{"src": "labextension", "dest": "nbmemory"}]
+
+
 def unload_ipython_extension(ipython: object) -> None:
     """``%unload_ext nbmemory``: close the Memory the magics opened."""
     from nbmemory.magics import unload_ipython_extension as unload

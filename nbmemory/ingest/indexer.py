@@ -327,7 +327,8 @@ class Indexer:
         now = utcnow()
         with self.db.transaction():
             fresh = [plan for plan in plans if plan.doc_id is None]
-            for plan, doc_id in zip(fresh, chunk_rows.allocate(self.db, "doc_ids", len(fresh)), strict=True):
+            fresh_ids = chunk_rows.allocate(self.db, "doc_ids", len(fresh))
+            for plan, doc_id in zip(fresh, fresh_ids, strict=True):
                 plan.doc_id = doc_id
             chunk_rows.write_documents(
                 self.db,
@@ -336,7 +337,7 @@ class Indexer:
                     for plan in plans
                     if plan.doc_id is not None
                 ],
-                new_ids={plan.doc_id for plan in fresh},
+                new_ids=set(fresh_ids),
                 now=now,
             )
             for plan in plans:

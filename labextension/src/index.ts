@@ -1,0 +1,217 @@
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { IHit, remember, startIndex, waitForJob } from './api';
+import { MemoryPanel } from './panel';
+
+const PLUGIN_ID = 'nbmemory:plugin';
+
+namespace CommandIDs {
+  export const search = 'nbmemory:search';
+  export const rememberSelection = 'nbmemory:remember-selection';
+  export const rememberCell = 'nbmemory:remember-cell';
+  export const indexNotebook = 'nbmemory:index-notebook';
+  export const searchSelection = 'nbmemory:search-selection';
+}
+
+const memoryIcon = new LabIcon({
+  name: 'nbmemory:memory',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+    '<path class="jp-icon3" fill="#616161" d="M12 3C7 3 3 4.8 3 7v10c0 2.2 4 4 9 4s9-1.8 9-4V7c0-2.2-4-4-9-4zm0 2c4.4 0 7 1.4 7 2s-2.6 2-7 2-7-1.4-7-2 2.6-2 7-2zm7 12c0 .6-2.6 2-7 2s-7-1.4-7-2v-2.3c1.6.8 4.1 1.3 7 1.3s5.4-.5 7-1.3V17zm0-5c0 .6-2.6 2-7 2s-7-1.4-7-2V9.7c1.6.8 4.1 1.3 7 1.3s5.4-.5 7-1.3V12z"/>' +
+    '</svg>'
+});
+
+/** The text selected in the current editor (a notebook cell or a file), else in the page. */
+function selectedText(app: JupyterFrontEnd, tracker: INotebookTracker): string {
+  const current = app.shell.currentWidget as any;
+  let editor: any = null;
+  if (current && current === tracker.currentWidget) {
+    editor = tracker.activeCell?.editor ?? null;
+  } else if (current?.content?.editor) {
+    editor = current.content.editor;
+  }
+  if (editor) {
+    const selection = editor.getSelection();
+    const start = editor.getOffsetAt(selection.start);
+    const end = editor.getOffsetAt(selection.end);
+    if (start !== end) {
+      return editor.model.sharedModel
+        .getSource()
+        .slice(Math.min(start, end), Math.max(start, end));
+    }
+  }
+  return window.getSelection()?.toString() ?? '';
+}
+
+/** Open a notebook at a cell: by cell id, else by index; make it active and scroll to it. */
+async function revealCell(panel: NotebookPanel, hit: IHit): Promise<void> {
+  await panel.context.ready;
+  await panel.revealed;
+  const notebook = panel.content;
+  let index = -1;
+  if (hit.cell_id) {
+    index = notebook.widgets.findIndex(cell => cell.model.id === hit.cell_id);
+  }
+  if (index < 0 && hit.cell_index !== null && hit.cell_index < notebook.widgets.length) {
+    index = hit.cell_index;
+  }
+  if (index < 0) {
+    return;
+  }
+  notebook.activeCellIndex = index;
+  notebook.deselectAll();
+  await notebook.scrollToItem(index, 'center');
+  notebook.activeCell?.node.focus();
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'The Memory sidebar: hybrid search over nbmemory, remember and index from notebooks.',
+  autoStart: true,
+  requires: [IDocumentManager, INotebookTracker],
+  optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer],
+  activate: (
+    app: JupyterFrontEnd,
+    docManager: IDocumentManager,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null,
+    restorer: ILayoutRestorer | null
+  ) => {
+    let autoIndexOnSave = false;
+
+    const openHit = async (hit: IHit): Promise<void> => {
+      if (!hit.path) {
+        return;
+      }
+      const widget = docManager.openOrReveal(hit.path);
+      if (widget instanceof NotebookPanel) {
+        await revealCell(widget, hit);
+      }
+    };
+
+    const panel = new MemoryPanel({ openHit });
+    panel.title.icon = memoryIcon;
+    app.shell.add(panel, 'left', { rank: 600 });
+    restorer?.add(panel, 'nbmemory-sidebar');
+
+    const namespace = (): string | undefined => panel.defaultNamespace || undefined;
+
+    const indexPath = async (path: string, quiet = false): Promise<void> => {
+      const job = await startIndex([path], namespace());
+      const done = await waitForJob(job);
+      if (done.state === 'error') {
+        Notification.error(`Indexing ${path} failed: ${done.error}`);
+      } else if (!quiet) {
+        Notification.success(`Indexed ${path}: ${done.report?.summary.split('\n')[0] ?? ''}`, {
+          autoClose: 4000
+        });
+      }
+      if (panel.query) {
+        await panel.refresh();
+      }
+    };
+
+    const rememberText = async (text: string): Promise<void> => {
+      if (!text.trim()) {
+        Notification.warning('Nothing to remember: select some text first.', { autoClose: 3000 });
+        return;
+      }
+      const item = await remember(text, { namespace: namespace() });
+      Notification.success(`Remembered #${item.id}`, { autoClose: 3000 });
+      if (panel.query) {
+        await panel.refresh();
+      }
+    };
+
+    app.commands.addCommand(CommandIDs.search, {
+      label: 'Search memory',
+      caption: 'Open the Memory sidebar and focus its search box',
+      execute: async args => {
+        app.shell.activateById(panel.id);
+        if (typeof args.query === 'string') {
+          await panel.setQuery(args.query);
+        }
+        panel.focusInput();
+      }
+    });
+    app.commands.addCommand(CommandIDs.rememberSelection, {
+      label: 'Remember selection',
+      caption: 'Store the selected text in the memory',
+      execute: () => rememberText(selectedText(app, tracker))
+    });
+    app.commands.addCommand(CommandIDs.rememberCell, {
+      label: 'Remember cell',
+      caption: "Store the active cell's source in the memory",
+      isEnabled: () => tracker.activeCell !== null,
+      execute: () => rememberText(tracker.activeCell?.model.sharedModel.getSource() ?? '')
+    });
+    app.commands.addCommand(CommandIDs.indexNotebook, {
+      label: 'Index this notebook',
+      caption: 'Index the current notebook (as saved) into the memory',
+      isEnabled: () => tracker.currentWidget !== null,
+      execute: async () => {
+        const current = tracker.currentWidget;
+        if (current) {
+          await current.context.save();
+          await indexPath(current.context.path);
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.searchSelection, {
+      label: 'Search memory for selection',
+      caption: 'Search the memory for the selected text',
+      execute: async () => {
+        const text = selectedText(app, tracker).trim();
+        app.shell.activateById(panel.id);
+        if (text) {
+          await panel.setQuery(text);
+        }
+        panel.focusInput();
+      }
+    });
+
+    if (palette) {
+      for (const command of Object.values(CommandIDs)) {
+        palette.addItem({ command, category: 'Memory' });
+      }
+    }
+
+    // Index a notebook after each save, when the setting asks for it.
+    tracker.widgetAdded.connect((_, nbPanel) => {
+      nbPanel.context.saveState.connect((context, state) => {
+        if (state === 'completed' && autoIndexOnSave) {
+          void indexPath(context.path, true).catch(error =>
+            Notification.error(`Indexing ${context.path} failed: ${error.message}`)
+          );
+        }
+      });
+    });
+
+    if (settingRegistry) {
+      const apply = (settings: ISettingRegistry.ISettings) => {
+        panel.topK = settings.get('topK').composite as number;
+        panel.defaultNamespace = settings.get('defaultNamespace').composite as string;
+        autoIndexOnSave = settings.get('autoIndexOnSave').composite as boolean;
+      };
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          apply(settings);
+          settings.changed.connect(apply);
+        })
+        .catch(reason => console.error('nbmemory: failed to load settings', reason));
+    }
+  }
+};
+
+export default plugin;

@@ -1,0 +1,249 @@
+import { Widget } from '@lumino/widgets';
+
+import {
+  IHit,
+  formatRanks,
+  forgetItem,
+  search,
+  updateItem
+} from './api';
+
+const KINDS = ['', 'markdown', 'notebook', 'code', 'text', 'memory'];
+const DEBOUNCE_MS = 300;
+
+export interface IPanelOptions {
+  /** Open a hit: its file, or its notebook at the cell. */
+  openHit: (hit: IHit) => Promise<void>;
+}
+
+/** An element whose text is set with textContent: stored text is never parsed as HTML. */
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className?: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/**
+ * The Memory sidebar: a search box with live results, filters, an explain view and
+ * per-hit actions (forget, pin, raise importance).
+ */
+export class MemoryPanel extends Widget {
+  topK = 10;
+  defaultNamespace = '';
+
+  constructor(options: IPanelOptions) {
+    super();
+    this._openHit = options.openHit;
+    this.id = 'nbmemory-sidebar';
+    this.addClass('jp-nbmemory-panel');
+    this.title.caption = 'Memory';
+
+    const controls = el('div', 'jp-nbmemory-controls');
+    this._input = el('input', 'jp-nbmemory-query');
+    this._input.type = 'search';
+    this._input.placeholder = 'Search memory';
+    this._input.setAttribute('aria-label', 'Search memory');
+    this._input.addEventListener('input', () => this._schedule());
+    this._input.addEventListener('keydown', event => {
+      if (event.key === 'Enter') {
+        void this.refresh();
+      }
+    });
+
+    const filters = el('div', 'jp-nbmemory-filters');
+    this._namespace = el('input', 'jp-nbmemory-namespace');
+    this._namespace.type = 'text';
+    this._namespace.placeholder = 'namespace';
+    this._namespace.setAttribute('aria-label', 'Namespace');
+    this._namespace.addEventListener('input', () => this._schedule());
+    this._kind = el('select', 'jp-nbmemory-kind');
+    this._kind.setAttribute('aria-label', 'Kind');
+    for (const kind of KINDS) {
+      const option = el('option', undefined, kind || 'all kinds');
+      option.value = kind;
+      this._kind.appendChild(option);
+    }
+    this._kind.addEventListener('change', () => void this.refresh());
+    const explainLabel = el('label', 'jp-nbmemory-explain-toggle');
+    this._explainToggle = el('input');
+    this._explainToggle.type = 'checkbox';
+    this._explainToggle.addEventListener('change', () => void this.refresh());
+    explainLabel.append(this._explainToggle, document.createTextNode('explain'));
+    filters.append(this._namespace, this._kind, explainLabel);
+    controls.append(this._input, filters);
+
+    this._status = el('div', 'jp-nbmemory-status');
+    this._status.setAttribute('role', 'status');
+    this._results = el('ul', 'jp-nbmemory-results');
+    this._explain = el('pre', 'jp-nbmemory-explain');
+    this._explain.hidden = true;
+    this.node.append(controls, this._status, this._results, this._explain);
+  }
+
+  /** The text in the search box. */
+  get query(): string {
+    return this._input.value;
+  }
+
+  /** Put a query in the box and search now. */
+  setQuery(query: string): Promise<void> {
+    this._input.value = query;
+    return this.refresh();
+  }
+
+  focusInput(): void {
+    this._input.focus();
+    this._input.select();
+  }
+
+  /** Search again with the current query and filters; a search overtaken by a newer one is dropped. */
+  async refresh(): Promise<void> {
+    window.clearTimeout(this._timer);
+    const query = this._input.value.trim();
+    const ticket = ++this._ticket;
+    if (!query) {
+      this._results.replaceChildren();
+      delete this._results.dataset.query;
+      this._explain.hidden = true;
+      this._setStatus('');
+      return;
+    }
+    this._setStatus('Searching…');
+    try {
+      const result = await search(query, {
+        k: this.topK,
+        namespace: this._namespace.value.trim() || this.defaultNamespace,
+        kind: this._kind.value,
+        explain: this._explainToggle.checked
+      });
+      if (ticket !== this._ticket) {
+        return;
+      }
+      this._render(result.hits);
+      this._results.dataset.query = query;
+      const n = result.hits.length;
+      this._setStatus(`${n} ${n === 1 ? 'hit' : 'hits'} in ${result.ms} ms`);
+      this._explain.hidden = !this._explainToggle.checked;
+      this._explain.textContent = result.explain ?? '';
+    } catch (error) {
+      if (ticket === this._ticket) {
+        this._setStatus((error as Error).message, true);
+      }
+    }
+  }
+
+  private _schedule(): void {
+    window.clearTimeout(this._timer);
+    this._timer = window.setTimeout(() => void this.refresh(), DEBOUNCE_MS);
+  }
+
+  private _setStatus(text: string, error = false): void {
+    this._status.textContent = text;
+    this._status.classList.toggle('jp-mod-error', error);
+  }
+
+  private _render(hits: IHit[]): void {
+    this._results.replaceChildren(...hits.map(hit => this._renderHit(hit)));
+  }
+
+  private _renderHit(hit: IHit): HTMLLIElement {
+    const li = el('li', 'jp-nbmemory-hit');
+    li.dataset.id = String(hit.id);
+    if (hit.path) {
+      li.dataset.path = hit.path;
+    }
+    if (hit.cell_index !== null) {
+      li.dataset.cellIndex = String(hit.cell_index);
+    }
+
+    const head = el('div', 'jp-nbmemory-hit-head');
+    head.appendChild(el('span', 'jp-nbmemory-score', hit.score.toFixed(3)));
+    const location = el(
+      'span',
+      'jp-nbmemory-location',
+      hit.path ? hit.location.replace(hit.source ?? '', hit.path) : hit.location
+    );
+    location.title = hit.source ?? hit.location;
+    if (hit.path) {
+      location.classList.add('jp-mod-link');
+      location.setAttribute('role', 'link');
+      location.tabIndex = 0;
+      const open = () => void this._openHit(hit).catch(e => this._setStatus(String(e), true));
+      location.addEventListener('click', open);
+      location.addEventListener('keydown', event => {
+        if (event.key === 'Enter') {
+          open();
+        }
+      });
+    }
+    head.appendChild(location);
+    li.appendChild(head);
+
+    const ranks = formatRanks(hit.ranks);
+    li.appendChild(el('div', 'jp-nbmemory-ranks', `${ranks} · ${hit.kind} · ${hit.namespace}`));
+    if (hit.heading) {
+      li.appendChild(el('div', 'jp-nbmemory-heading', hit.heading));
+    }
+    li.appendChild(el('div', 'jp-nbmemory-snippet', hit.snippet || hit.text));
+
+    const actions = el('div', 'jp-nbmemory-actions');
+    const forget = el('button', 'jp-nbmemory-forget', 'Forget');
+    forget.title = 'Forget this item: it never appears in results again';
+    forget.addEventListener('click', async () => {
+      try {
+        await forgetItem(hit.id);
+        li.remove();
+        this._setStatus(`Forgot #${hit.id}`);
+      } catch (e) {
+        this._setStatus((e as Error).message, true);
+      }
+    });
+    const pin = el('button', 'jp-nbmemory-pin', 'Pin');
+    pin.title = 'Pin this item';
+    pin.addEventListener('click', async () => {
+      try {
+        await updateItem(hit.id, { pinned: true });
+        pin.textContent = 'Pinned';
+        pin.disabled = true;
+      } catch (e) {
+        this._setStatus((e as Error).message, true);
+      }
+    });
+    const raise = el('button', 'jp-nbmemory-raise', 'Importance +');
+    raise.title = `Raise importance (now ${hit.importance.toFixed(1)})`;
+    raise.addEventListener('click', async () => {
+      const importance = Math.min(1, Math.round((hit.importance + 0.1) * 10) / 10);
+      try {
+        const item = await updateItem(hit.id, { importance });
+        hit.importance = item.importance;
+        raise.title = `Raise importance (now ${item.importance.toFixed(1)})`;
+        this._setStatus(`#${hit.id} importance ${item.importance.toFixed(1)}`);
+      } catch (e) {
+        this._setStatus((e as Error).message, true);
+      }
+    });
+    actions.append(forget, pin, raise);
+    li.appendChild(actions);
+    return li;
+  }
+
+  private _openHit: (hit: IHit) => Promise<void>;
+  private _input: HTMLInputElement;
+  private _namespace: HTMLInputElement;
+  private _kind: HTMLSelectElement;
+  private _explainToggle: HTMLInputElement;
+  private _status: HTMLDivElement;
+  private _results: HTMLUListElement;
+  private _explain: HTMLPreElement;
+  private _timer = 0;
+  private _ticket = 0;
+}

@@ -1,0 +1,414 @@
+"""REST handlers under ``/nbmemory/``: JSON in, JSON out, every verb authenticated.
+
+Blocking nbmemory calls run in the state's thread pool. User mistakes answer 4xx with
+``{"message": ...}``: 400 for a bad argument or an :class:`~nbmemory.NbMemoryError`, 403 for a
+path outside the server's root, 404 for an unknown item or job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado.ioloop import IOLoop
+
+from nbmemory.errors import NbMemoryError, NotFoundError
+from nbmemory.server import ServerState
+
+MAX_K = 200
+KINDS = ("markdown", "notebook", "code", "text", "memory")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def _fail(status: int, message: str) -> tornado.web.HTTPError:
+    # No args: tornado would %-format log_message, and a message may hold a '%'.
+    return tornado.web.HTTPError(status, message.replace("%", "%%"))
+
+
+@dataclasses.dataclass
+class IndexJob:
+    """One background ``index`` run and its progress."""
+
+    id: str
+    paths: list[str]
+    namespace: str | None
+    state: str = "queued"  # queued, running, done, error
+    done: int = 0
+    total: int = 0
+    current: str | None = None
+    report: dict[str, Any] | None = None
+    error: str | None = None
+    started: float = dataclasses.field(default_factory=time.time)
+    finished: float | None = None
+
+    def to_dict(self, root: Path) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["paths"] = [_relative(p, root) for p in self.paths]
+        data["current"] = _relative(self.current, root) if self.current else None
+        return data
+
+
+def _relative(path: str | None, root: Path) -> str | None:
+    """``path`` relative to the server root (what the frontend opens), or None outside it."""
+    if not path:
+        return None
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except (ValueError, OSError):
+        return None
+
+
+class MemoryHandler(APIHandler):
+    """Base class: JSON replies, argument checks, and nbmemory calls off the event loop."""
+
+    @property
+    def state(self) -> ServerState:
+        return self.settings["nbmemory"]
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        text = json.dumps(data, default=_jsonable, ensure_ascii=False)
+        # Stored text never reaches a browser as markup, even if sniffed: escape <, > and &.
+        self.finish(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(memory, *args, **kwargs)`` in a worker thread; nbmemory errors become 4xx."""
+        state = self.state
+
+        def work() -> Any:
+            return fn(state.memory(), *args, **kwargs)
+
+        try:
+            return await IOLoop.current().run_in_executor(state.executor, work)
+        except NotFoundError as exc:
+            raise _fail(404, str(exc)) from exc
+        except NbMemoryError as exc:
+            raise _fail(400, str(exc)) from exc
+
+    def body(self) -> dict[str, Any]:
+        try:
+            data = self.get_json_body()
+        except tornado.web.HTTPError as exc:
+            raise _fail(400, "the request body is not valid JSON") from exc
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise _fail(400, "the request body must be a JSON object")
+        return data
+
+    def int_arg(self, name: str, value: Any, default: int, low: int = 1, high: int = MAX_K) -> int:
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool):
+            raise _fail(400, f"{name} must be an integer from {low} to {high}, got {value!r}")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise _fail(400, f"{name} must be an integer from {low} to {high}, got {value!r}") from None
+        if isinstance(value, float) and value != number:
+            raise _fail(400, f"{name} must be an integer from {low} to {high}, got {value!r}")
+        if not low <= number <= high:
+            raise _fail(400, f"{name} must be an integer from {low} to {high}, got {number}")
+        return number
+
+    def item_id(self, raw: str) -> int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise _fail(400, f"item id must be an integer, got {raw!r}") from None
+
+    def hits(self, hits: list[Any]) -> list[dict[str, Any]]:
+        out = []
+        for hit in hits:
+            data = hit.to_dict()
+            # The path the frontend opens: relative to the server root, None outside it.
+            data["path"] = _relative(hit.source, self.state.root_dir)
+            out.append(data)
+        return out
+
+    def inside_root(self, raw: Any, what: str = "path") -> Path:
+        """Resolve a path named by a request; 403 unless it lies inside the server root."""
+        if not isinstance(raw, str) or not raw.strip():
+            raise _fail(400, f"{what} must be a non-empty string")
+        root = self.state.root_dir
+        candidate = Path(raw).expanduser()
+        if ".." in candidate.parts:
+            raise _fail(403, f"{what} {raw!r} leaves the server root: '..' is not allowed")
+        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        if resolved != root and root not in resolved.parents:
+            raise _fail(403, f"{what} {raw!r} is outside the server root")
+        return resolved
+
+
+def _item_dict(item: Any, root: Path) -> dict[str, Any]:
+    data = dataclasses.asdict(item)
+    data["location"] = item.location
+    data["path"] = _relative(item.source, root)
+    return data
+
+
+class SearchHandler(MemoryHandler):
+    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&explain=1``."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        query = self.get_query_argument("q", "").strip()
+        if not query:
+            raise _fail(400, "q is required")
+        k = self.int_arg("k", self.get_query_argument("k", None), 10)
+        kinds = [x for x in self.get_query_arguments("kind") if x]
+        unknown = [x for x in kinds if x not in KINDS]
+        if unknown:
+            raise _fail(400, f"kind must be one of {', '.join(KINDS)}, got {unknown[0]!r}")
+        explain = self.get_query_argument("explain", "0").lower() in ("1", "true", "yes")
+        kwargs: dict[str, Any] = {
+            "namespace": self.get_query_argument("ns", None) or None,
+            "kind": kinds or None,
+            "tags": [t for t in self.get_query_arguments("tag") if t],
+            "since": self.get_query_argument("since", None) or None,
+            "until": self.get_query_argument("until", None) or None,
+            "path": self.get_query_argument("path", None) or None,
+        }
+        started = time.perf_counter()
+        result = await self.call(lambda mem: mem.search(query, k, **kwargs))
+        data: dict[str, Any] = {
+            "query": query,
+            "k": k,
+            "ms": round((time.perf_counter() - started) * 1000, 1),
+            "hits": self.hits(result.hits),
+        }
+        if explain:
+            data["trace"] = result.trace.to_dict()
+            data["explain"] = result.explain()
+        self.reply(data)
+
+
+def _importance(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise _fail(400, f"importance must be a number from 0 to 1, got {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise _fail(400, f"importance must be a number from 0 to 1, got {value}")
+    return float(value)
+
+
+def _tags(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise _fail(400, "tags must be a list of strings")
+    return value
+
+
+def _namespace(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _fail(400, "namespace must be a string")
+    return value
+
+
+class RememberHandler(MemoryHandler):
+    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace}``."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        body = self.body()
+        text = body.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _fail(400, "text is required")
+        kwargs: dict[str, Any] = {"namespace": _namespace(body.get("namespace"))}
+        if body.get("tags") is not None:
+            kwargs["tags"] = _tags(body["tags"])
+        if body.get("importance") is not None:
+            kwargs["importance"] = _importance(body["importance"])
+        item = await self.call(lambda mem: mem.remember(text, **kwargs))
+        self.reply(_item_dict(item, self.state.root_dir), status=201)
+
+
+class ItemHandler(MemoryHandler):
+    """``GET``, ``PATCH`` (``{importance, pinned, tags, text}``) and ``DELETE`` (forget) one item."""
+
+    @tornado.web.authenticated
+    async def get(self, raw_id: str) -> None:
+        item_id = self.item_id(raw_id)
+        item = await self.call(lambda mem: mem.get(item_id))
+        self.reply(_item_dict(item, self.state.root_dir))
+
+    @tornado.web.authenticated
+    async def patch(self, raw_id: str) -> None:
+        item_id = self.item_id(raw_id)
+        body = self.body()
+        changes: dict[str, Any] = {}
+        unknown = sorted(set(body) - {"importance", "pinned", "tags", "text"})
+        if unknown:
+            raise _fail(400, f"cannot change {unknown[0]!r}: use importance, pinned, tags or text")
+        if body.get("importance") is not None:
+            changes["importance"] = _importance(body["importance"])
+        if body.get("pinned") is not None:
+            if not isinstance(body["pinned"], bool):
+                raise _fail(400, f"pinned must be true or false, got {body['pinned']!r}")
+            changes["pinned"] = body["pinned"]
+        if body.get("tags") is not None:
+            changes["tags"] = _tags(body["tags"])
+        if body.get("text") is not None:
+            if not isinstance(body["text"], str) or not body["text"].strip():
+                raise _fail(400, "text must be a non-empty string")
+            changes["text"] = body["text"]
+        if not changes:
+            raise _fail(400, "nothing to change: give importance, pinned, tags or text")
+        item = await self.call(lambda mem: mem.update(item_id, **changes))
+        self.reply(_item_dict(item, self.state.root_dir))
+
+    @tornado.web.authenticated
+    async def delete(self, raw_id: str) -> None:
+        item_id = self.item_id(raw_id)
+        ids = await self.call(lambda mem: mem.forget(item_id))
+        self.reply({"forgotten": ids})
+
+
+class ForgetHandler(MemoryHandler):
+    """``POST /nbmemory/forget`` with ``{query, k, namespace}`` or ``{path}`` (inside the root)."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        body = self.body()
+        query, path = body.get("query"), body.get("path")
+        if (query is None) == (path is None):
+            raise _fail(400, "forget needs exactly one of query or path")
+        if query is not None:
+            if not isinstance(query, str) or not query.strip():
+                raise _fail(400, "query must be a non-empty string")
+            k = self.int_arg("k", body.get("k"), 1)
+            ns = _namespace(body.get("namespace"))
+            ids = await self.call(lambda mem: mem.forget(query=query, k=k, namespace=ns))
+        else:
+            target = str(self.inside_root(path))
+            ids = await self.call(lambda mem: mem.forget(path=target))
+        self.reply({"forgotten": ids})
+
+
+class StatsHandler(MemoryHandler):
+    """``GET /nbmemory/stats``: counts by kind and namespace, file size, model, owner or client."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        stats = await self.call(lambda mem: mem.stats())
+        self.reply(stats)
+
+
+class RelatedHandler(MemoryHandler):
+    """``GET /nbmemory/related/<id>?k=5``."""
+
+    @tornado.web.authenticated
+    async def get(self, raw_id: str) -> None:
+        item_id = self.item_id(raw_id)
+        k = self.int_arg("k", self.get_query_argument("k", None), 5)
+        hits = await self.call(lambda mem: mem.related(item_id, k=k))
+        self.reply({"id": item_id, "hits": self.hits(hits)})
+
+
+def _run_index(memory: Any, job: IndexJob) -> None:
+    """Run one job, recording progress into it (called in the job thread)."""
+
+    def progress(done: int, total: int, path: str) -> None:
+        job.done, job.total, job.current = done, total, path
+
+    job.state = "running"
+    try:
+        # The owner's local Memory reports progress file by file; a client only sees the end.
+        local = getattr(memory, "memory", None) if hasattr(memory, "role") else memory
+        lock = getattr(memory, "_lock", None) or threading.RLock()
+        if local is not None:
+            with lock:
+                report = local.index(*job.paths, namespace=job.namespace, progress=progress)
+        else:
+            report = memory.index(*job.paths, namespace=job.namespace)
+        job.report = dataclasses.asdict(report)
+        job.report["summary"] = report.summary()
+        job.done = job.total = max(job.total, report.files_seen)
+        job.state = "done"
+    except Exception as exc:  # reported through GET index/<job>, never lost in a thread
+        job.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, NbMemoryError) else str(exc)
+        job.state = "error"
+    finally:
+        job.current = None
+        job.finished = time.time()
+
+
+class IndexHandler(MemoryHandler):
+    """``POST /nbmemory/index`` with ``{paths: [...]}`` or ``{path}``: starts a job (202)."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        body = self.body()
+        raw = body.get("paths", body.get("path"))
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not raw:
+            raise _fail(400, "paths is required: a list of files or folders inside the server root")
+        resolved = [self.inside_root(p) for p in raw]
+        missing = [p for p, r in zip(raw, resolved, strict=True) if not r.exists()]
+        if missing:
+            raise _fail(404, f"no such file or folder: {missing[0]}")
+        job = IndexJob(uuid.uuid4().hex[:12], [str(p) for p in resolved], _namespace(body.get("namespace")))
+        state = self.state
+        state.jobs[job.id] = job
+        state.job_executor.submit(lambda: _run_index(state.memory(), job))
+        self.reply(job.to_dict(state.root_dir), status=202)
+
+
+class IndexJobHandler(MemoryHandler):
+    """``GET /nbmemory/index/<job>``: ``{state, done, total, current, report, error}``."""
+
+    @tornado.web.authenticated
+    async def get(self, job_id: str) -> None:
+        job = self.state.jobs.get(job_id)
+        if job is None:
+            raise _fail(404, f"no index job {job_id!r}")
+        self.reply(job.to_dict(self.state.root_dir))
+
+
+ROUTES: list[tuple[str, type[MemoryHandler]]] = [
+    ("search", SearchHandler),
+    ("remember", RememberHandler),
+    (r"items/([^/]+)", ItemHandler),
+    ("forget", ForgetHandler),
+    ("stats", StatsHandler),
+    ("index", IndexHandler),
+    (r"index/([^/]+)", IndexJobHandler),
+    (r"related/([^/]+)", RelatedHandler),
+]
+
+
+def setup_handlers(web_app: Any) -> None:
+    """Add the ``/nbmemory/`` routes to the server's web application."""
+    base = web_app.settings["base_url"]
+    web_app.add_handlers(
+        ".*$", [(url_path_join(base, "nbmemory", pattern) + "$", handler) for pattern, handler in ROUTES]
+    )
+
+
+__all__ = ["ROUTES", "setup_handlers"]

@@ -1,0 +1,56 @@
+"""Fixtures for the server extension: a real Jupyter server (pytest-jupyter) with nbmemory loaded.
+
+The server forbids unauthenticated access; its memory is a real DuckDB file in ``tmp_path``
+with a fake embedder (these tests are about plumbing, not retrieval quality).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The pytest-jupyter fixtures, scoped to this folder (its autouse event-loop fixtures stay out
+# of the rest of the suite).
+from pytest_jupyter.jupyter_server import *  # noqa: F403
+from traitlets.config import Config
+
+import nbmemory.server
+from nbmemory.embed import FakeEmbedder
+
+
+@pytest.fixture
+def memory_path(tmp_path: Path) -> Path:
+    return tmp_path / "server-home" / "memory.duckdb"
+
+
+@pytest.fixture
+def jp_server_config(memory_path: Path) -> Iterator[Config]:
+    from nbmemory.remote import connect
+
+    opened: list[Any] = []
+
+    def factory() -> Any:
+        memory = connect(memory_path, embedder=FakeEmbedder(dim=32))
+        opened.append(memory)
+        return memory
+
+    nbmemory.server.set_memory_factory(factory)
+    yield Config(
+        {
+            "ServerApp": {
+                "jpserver_extensions": {"nbmemory": True, "jupyter_server_terminals": False},
+                "allow_unauthenticated_access": False,
+            }
+        }
+    )
+    nbmemory.server.set_memory_factory(None)
+    for memory in opened:
+        memory.close()
+
+
+@pytest.fixture
+def nbm_state(jp_serverapp: Any) -> nbmemory.server.ServerState:
+    return jp_serverapp.web_app.settings["nbmemory"]
