@@ -29,6 +29,8 @@ from nbmemory.store.migrations import LINK_TYPES
 ModelPolicy = Literal["reembed", "error", "defer"]
 # Bulk deletes past this many rows compact the HNSW graph (DESIGN.md, note 4).
 COMPACT_AFTER_DELETES = 500
+# Searches whose counter updates and log rows are written together (see _record_search).
+LOG_FLUSH_EVERY = 16
 
 
 @dataclass
@@ -102,11 +104,13 @@ class Memory:
         self._embedder = embedder
         self._model_checked = False
         self._model_mismatch: str | None = None
+        self._pending_log: list[tuple[datetime, str, str | None, int, list[int], float]] = []
         if not fts.index_exists(self.db):
             fts.rebuild(self.db)
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
+        self.flush()
         self.db.close()
 
     def __enter__(self) -> Memory:
@@ -353,6 +357,7 @@ class Memory:
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
         """Read one item; counts as an access unless ``touch=False``."""
+        self.flush()
         row = self.db.fetchone(f"SELECT {ITEM_COLUMNS} FROM chunks WHERE id = ?", [int(item_id)])
         if row is None or (row[-1] is not None and not include_forgotten):
             raise NotFoundError(f"no item with id {item_id}" + (" (it was forgotten)" if row else ""))
@@ -542,19 +547,45 @@ class Memory:
         return result
 
     def _record_search(self, result: SearchResult, filters: Filters, k: int, ms: float) -> None:
-        now = utcnow()
-        ids = result.ids
+        # Buffered: a commit per search costs more than the search; counters and the log are
+        # written in one transaction every LOG_FLUSH_EVERY searches, before any read of them,
+        # and on close. A killed process loses at most that many log rows, never an item.
+        entry = (utcnow(), result.query, repr(filters) if not filters.empty else None, k, result.ids, ms)
+        self._pending_log.append(entry)
+        if len(self._pending_log) >= LOG_FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered retrieval counters and search-log rows."""
+        pending, self._pending_log = self._pending_log, []
+        if not pending:
+            return
+        counts: dict[int, tuple[int, datetime]] = {}
+        for at, _, _, _, ids, _ in pending:
+            for i in ids:
+                counts[i] = (counts.get(i, (0, at))[0] + 1, at)
+        log_ids = chunk_rows.allocate(self.db, "search_ids", len(pending))
         with self.db.transaction():
-            if ids:
-                self.db.execute(
-                    "UPDATE chunks SET retrieval_count = retrieval_count + 1, last_retrieved_at = ? "
-                    "WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                    [now, ids],
+            if counts:
+                import pyarrow as pa
+
+                table = pa.table(
+                    {
+                        "id": pa.array(list(counts), pa.int64()),
+                        "n": pa.array([c for c, _ in counts.values()], pa.int64()),
+                        "at": pa.array([a for _, a in counts.values()], pa.timestamp("us")),
+                    }
                 )
-            (log_id,) = chunk_rows.allocate(self.db, "search_ids", 1)
-            self.db.execute(
+                chunk_rows.with_table(
+                    self.db,
+                    "_nbm_counts",
+                    table,
+                    "UPDATE chunks SET retrieval_count = retrieval_count + t.n, last_retrieved_at = t.at "
+                    "FROM _nbm_counts t WHERE chunks.id = t.id",
+                )
+            self.db.con.executemany(
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [log_id, now, result.query, repr(filters) if not filters.empty else None, k, ids, ms],
+                [[log_id, *entry] for log_id, entry in zip(log_ids, pending, strict=True)],
             )
 
     # -- maintenance ------------------------------------------------------------------------
@@ -609,6 +640,7 @@ class Memory:
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes and index state."""
+        self.flush()
         db = self.db
         by_kind = dict(
             db.fetchall(
@@ -648,6 +680,7 @@ class Memory:
 
     def export(self, out: str | os.PathLike[str], include_forgotten: bool = False) -> int:
         """Write items (no vectors) to Parquet, CSV or JSON lines, chosen by the file suffix."""
+        self.flush()
         target = Path(out).expanduser()
         formats = {".parquet": "PARQUET", ".csv": "CSV, HEADER", ".jsonl": "JSON", ".json": "JSON"}
         fmt = formats.get(target.suffix.lower())

@@ -365,3 +365,17 @@ def test_search_results_as_polars(fake_mem: Memory) -> None:
     frame = fake_mem.search("polars columnar", k=3).to_polars()
     assert frame.columns[:5] == ["rank", "id", "score", "bm25_rank", "vector_rank"]
     assert frame.height == 1 and frame["bm25_rank"][0] == 1
+
+
+def test_search_counters_and_log_are_buffered_but_never_lost_on_close(tmp_path: Path) -> None:
+    from nbmemory.memory import LOG_FLUSH_EVERY
+
+    path = tmp_path / "m.duckdb"
+    with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:
+        item = mem.remember("buffered counters check")
+        for _ in range(LOG_FLUSH_EVERY + 3):
+            mem.search("buffered counters", k=1)
+    with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:
+        assert mem.stats()["searches"] == LOG_FLUSH_EVERY + 3
+        row = mem.db.fetchone("SELECT retrieval_count, last_retrieved_at FROM chunks WHERE id = ?", [item.id])
+        assert row is not None and row[0] == LOG_FLUSH_EVERY + 3 and row[1] is not None

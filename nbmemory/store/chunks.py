@@ -121,7 +121,8 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
     return ids
 
 
-def _with_table(db: Database, name: str, table: Any, sql: str, params: list[Any] | None = None) -> None:
+def with_table(db: Database, name: str, table: Any, sql: str, params: list[Any] | None = None) -> None:
+    """Run ``sql`` with the arrow ``table`` visible under ``name``."""
     with db.lock:
         db.con.register(name, table)
         try:
@@ -168,7 +169,7 @@ def write_documents(
                 "UPDATE documents SET content_hash = t.content_hash, mtime = t.mtime, size = t.size, "
                 "kind = t.kind, indexed_at = ? FROM _nbm_docs t WHERE documents.id = t.id"
             )
-        _with_table(db, "_nbm_docs", table, sql, [now])
+        with_table(db, "_nbm_docs", table, sql, [now])
 
 
 def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
@@ -187,7 +188,7 @@ def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
             "line_end": pa.array([r.line_end for _, r in keep], pa.int32()),
         }
     )
-    _with_table(
+    with_table(
         db,
         "_nbm_pos",
         table,
