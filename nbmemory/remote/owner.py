@@ -93,6 +93,7 @@ class OwnerServer:
         self.listener = Listener(self.address, family="AF_UNIX", authkey=key)
         self.requests = 0
         self._closed = False
+        self._conns: set[Connection] = set()
         self._thread = threading.Thread(target=self._accept_loop, name="nbmemory-owner", daemon=True)
         self._thread.start()
 
@@ -107,34 +108,51 @@ class OwnerServer:
             threading.Thread(target=self._serve, args=(conn,), name="nbmemory-client", daemon=True).start()
 
     def _serve(self, conn: Connection) -> None:
-        with conn:
+        self._conns.add(conn)
+        try:
             while True:
                 try:
                     request = wire.loads(conn.recv_bytes())
+                    answer = self._answer(request)
+                    if answer is None:
+                        return  # closing: the client sees the connection drop and fails over
+                    conn.send_bytes(wire.dumps(answer))
                 except (EOFError, OSError):
                     return
-                conn.send_bytes(wire.dumps(self._answer(request)))
+        finally:
+            self._conns.discard(conn)
+            with contextlib.suppress(OSError):
+                conn.close()
 
-    def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _answer(self, request: dict[str, Any]) -> dict[str, Any] | None:
         method = request.get("method")
         if method not in wire.METHODS:
             return {"error": {"type": "ConfigError", "message": f"unknown method {method!r}"}}
         if method == "ping":
             return {"ok": {"pid": os.getpid()}}
-        try:
-            with self.lock:
-                self.requests += 1
+        with self.lock:
+            # A request that arrives while the owner shuts down is not answered, so the client
+            # retries it with the next owner instead of getting an error from a closed file.
+            if self._closed:
+                return None
+            self.requests += 1
+            try:
                 result = getattr(self.memory, str(method))(
                     *request.get("args", []), **request.get("kwargs", {})
                 )
-            return {"ok": result}
-        except Exception as exc:  # every error goes back to the caller, the owner keeps serving
-            return {"error": wire.error_payload(exc)}
+            except Exception as exc:  # every error goes back to the caller, the owner keeps serving
+                return {"error": wire.error_payload(exc)}
+        return {"ok": result}
 
     def close(self) -> None:
-        self._closed = True
+        """Stop serving: wait for the request in flight, then drop every client connection."""
+        with self.lock:
+            self._closed = True
         with contextlib.suppress(OSError):
             self.listener.close()
+        for conn in list(self._conns):
+            with contextlib.suppress(OSError):
+                conn.close()
         for path in (self.address, str(self.key_path)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
