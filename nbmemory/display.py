@@ -40,23 +40,29 @@ def location_label(
     cell_index: int | None = None,
     line_start: int | None = None,
     line_end: int | None = None,
+    *,
+    short: bool = False,
 ) -> str:
     """Where a hit is, for people: ``"deploy.ipynb, cell 4"``, ``"notes/ops.md:12-30"``, ``"(remembered)"``.
 
     Notebook hits name the file only (the cell makes them specific); other paths are shown
-    relative to the working folder, or with ``~`` for the home folder.
+    relative to the working folder, or with ``~`` for the home folder; ``short`` keeps only the
+    file and its folder (``…/ops/deploy.md:12``).
     """
     if source is None:
         return "(remembered)"
     if cell_index is not None:
         return f"{Path(source).name}, cell {cell_index}"
-    where = _short_path(source)
+    parts = Path(source).parts
+    where = "…/" + "/".join(parts[-2:]) if short and len(parts) > 2 else _short_path(source)
     if line_start is not None:
         where += f":{line_start}" + (f"-{line_end}" if line_end and line_end != line_start else "")
     return where
 
 
-def location_html(hit: Hit | Item, links: Links | None = None, *, widget: bool = False) -> str:
+def location_html(
+    hit: Hit | Item, links: Links | None = None, *, widget: bool = False, short: bool = False
+) -> str:
     """The hit's location as escaped HTML: data attributes always, a link when one can be made.
 
     Parameters
@@ -68,8 +74,10 @@ def location_html(hit: Hit | Item, links: Links | None = None, *, widget: bool =
     widget:
         Make the link for a widget (absolute ``lab/tree`` URL, new tab) rather than for a
         notebook output (relative to the notebook, opened inside JupyterLab).
+    short:
+        Label with the file and its folder only (the full path is in the tooltip).
     """
-    label = html.escape(location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end))
+    label = html.escape(location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end, short=short))
     if hit.source is None:
         return f"<span class='nbmemory-loc'>{label}</span>"
     attrs = [f"data-nbmemory-path='{html.escape(hit.source, quote=True)}'"]

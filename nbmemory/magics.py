@@ -8,6 +8,7 @@ each magic's docstring is its ``%magic?`` help. User mistakes, and every
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
@@ -38,10 +39,11 @@ if TYPE_CHECKING:
     from nbmemory.ingest.indexer import IndexReport
     from nbmemory.memory import Memory
     from nbmemory.notebook_context import Links
+    from nbmemory.remote.shared import SharedMemory
     from nbmemory.search.pipeline import SearchResult
     from nbmemory.widgets import MemoryExplorer
 
-__all__ = ["IndexJob", "MemoryMagics", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["IndexCancelled", "IndexJob", "MemoryMagics", "load_ipython_extension", "unload_ipython_extension"]
 
 # A word-internal apostrophe ("don't") is text, not the start of a quoted string.
 _APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
@@ -70,6 +72,12 @@ def _parse(magic: Callable[..., Any], line: str) -> Any:
         return parse_argstring(magic, _APOSTROPHE.sub(r"\\'", line))
     except ValueError as exc:
         raise UsageError(f"{exc} in {line!r}: close the quote, or put the words in double quotes") from None
+
+
+def _without_semicolon(line: str) -> str:
+    """The line without the trailing ``;`` that silences the output (IPython passes it on)."""
+    stripped = line.rstrip()
+    return stripped[:-1] if stripped.endswith(";") else line
 
 
 def _split_leading_options(line: str) -> tuple[str, str]:
@@ -122,6 +130,10 @@ def _words(words: list[str], what: str, example: str) -> str:
     return text
 
 
+class IndexCancelled(Exception):
+    """Raised from the indexer's progress callback to stop a run that was cancelled."""
+
+
 class IndexJob:
     """One ``%memindex`` run: its progress widget, its report, and a way to stop it.
 
@@ -154,18 +166,18 @@ class IndexJob:
     def progress(self, done: int, total: int, path: str) -> None:
         """Indexer callback: update the bar, and stop here when cancelled."""
         if self._cancel.is_set():
-            raise KeyboardInterrupt("cancelled")
+            raise IndexCancelled(f"cancelled after {done - 1} of {total} files")
         if self._bar is not None:
             self._bar.max = max(total, 1)
             self._bar.value = done
-            self.label.value = f"<small>{done}/{total} {_escape(Path(path).name)}</small>"
+            self.label.value = f"<small>{done}/{total} {html.escape(Path(path).name)}</small>"
 
-    def run(self, memory: Memory) -> IndexReport | None:
+    def run(self, memory: Memory | SharedMemory) -> IndexReport | None:
         """Index in the calling thread; an interrupt or :meth:`cancel` keeps committed batches."""
         try:
             with _as_usage_errors():
                 self.report = memory.index(*self.paths, namespace=self.namespace, progress=self.progress)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, IndexCancelled):
             self.cancelled = True
         except BaseException as exc:
             self.error = exc
@@ -174,7 +186,7 @@ class IndexJob:
             self._finish()
         return self.report
 
-    def start(self, memory: Memory) -> None:
+    def start(self, memory: Memory | SharedMemory) -> None:
         """Index in a background thread; the Cancel button (or :meth:`cancel`) stops it."""
 
         def work() -> None:
@@ -211,13 +223,7 @@ class IndexJob:
             self._bar.bar_style = "success"
         else:
             self._bar.bar_style = "danger" if self.error else "warning"
-        self.label.value = f"<small>{_escape(self.summary().splitlines()[0])}</small>"
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
+        self.label.value = f"<small>{html.escape(self.summary().splitlines()[0])}</small>"
 
 
 @magics_class
@@ -264,30 +270,30 @@ class MemoryMagics(Magics):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
-        self._memory: Memory | None = None
+        self._memory: Memory | SharedMemory | None = None
         self._owns_memory = False
         self.index_job: IndexJob | None = None
         self.last_result: SearchResult | None = None
 
     # -- the kernel's Memory ------------------------------------------------------------------
     @property
-    def memory(self) -> Memory:
+    def memory(self) -> Memory | SharedMemory:
         """The kernel's Memory, opened on first use from ``db`` / ``home`` / ``model``.
 
         Assign a :class:`~nbmemory.Memory` to use that one instead (the magics will not close it).
         """
         if self._memory is None:
-            from nbmemory.config import Settings
-            from nbmemory.memory import Memory
+            # connect(): the kernel becomes the memory's owner, or the client of the Jupyter
+            # server / another kernel / a CLI run that owns it; never a lock error.
+            from nbmemory.remote import connect
 
             with _as_usage_errors():
-                settings = Settings(home=Path(self.home)) if self.home else Settings()
-                self._memory = Memory(self.db, model=self.model, settings=settings)
+                self._memory = connect(self.db, home=self.home or None, model=self.model)
             self._owns_memory = True
         return self._memory
 
     @memory.setter
-    def memory(self, value: Memory | None) -> None:
+    def memory(self, value: Memory | SharedMemory | None) -> None:
         self.close()
         self._memory = value
         self._owns_memory = False
@@ -363,7 +369,7 @@ class MemoryMagics(Magics):
             %memsearch token rotation -k 5 --ns work --since 30d
             hits = %memsearch "token rotation" --explain
         """
-        args = _parse(self.memsearch, line)
+        args = _parse(self.memsearch, _without_semicolon(line))
         query = _words(args.query, "query", "%memsearch token rotation -k 5")
         with _as_usage_errors():
             config = None
@@ -401,7 +407,7 @@ class MemoryMagics(Magics):
 
             %memrelated 42 -k 5
         """
-        args = _parse(self.memrelated, line)
+        args = _parse(self.memrelated, _without_semicolon(line))
         from nbmemory.search.pipeline import SearchResult
         from nbmemory.search.trace import Trace
 
@@ -727,8 +733,9 @@ class MemoryMagics(Magics):
                 links=self._links(),
             )
 
-    @line_magic("memory")
-    def memory_magic(self, line: str = "") -> Memory:
+    # Named explicitly: the method cannot be called `memory`, which is the Memory property.
+    @line_magic("memory")  # type: ignore[arg-type]
+    def memory_magic(self, line: str = "") -> Memory | SharedMemory:
         """The kernel's :class:`~nbmemory.Memory` object, for the Python API.
 
         Example::

@@ -7,6 +7,7 @@ stage the fused top-k with the RRF constant and weights in its notes.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
@@ -15,6 +16,7 @@ import polars as pl
 from nbmemory.errors import ConfigError
 
 if TYPE_CHECKING:
+    from nbmemory.items import Hit
     from nbmemory.search.pipeline import SearchResult
 
 __all__ = [
@@ -107,8 +109,8 @@ def rank_scatter(result: SearchResult) -> alt.Chart:
     altair.Chart
     """
     frame = candidate_frame(result)
-    depth = max(frame["bm25_rank"].max() or 0, frame["vector_rank"].max() or 0, 1)
-    missing = int(depth) + 1
+    stages = [result.trace.stage(name) for name in RETRIEVERS]
+    missing = max((len(s.output) for s in stages if s is not None), default=0) + 1
     plotted = frame.with_columns(
         pl.col("bm25_rank").fill_null(missing),
         pl.col("vector_rank").fill_null(missing),
@@ -129,40 +131,69 @@ def rank_scatter(result: SearchResult) -> alt.Chart:
     )
 
 
-def score_distributions(result: SearchResult) -> alt.Chart:
+def score_distributions(result: SearchResult, bins: int = 15) -> alt.Chart:
     """Histogram of each retriever's raw scores over its candidates, top-k hits coloured.
 
     BM25 scores and cosine similarities live on different scales, so each retriever gets its own
-    panel and x axis.
+    panel, x axis and bins (computed here: Vega-Lite's bin transform would share one set of bins
+    across the panels).
 
     Parameters
     ----------
     result:
         A search result from :meth:`Memory.search`.
+    bins:
+        Equal-width bins per retriever.
 
     Returns
     -------
     altair.Chart
+        Bars from ``bin_start`` to ``bin_end`` (x, x2), ``candidates`` on y, coloured by
+        ``in_top_k``, one ``retriever`` per column.
     """
+    if bins <= 0:
+        raise ConfigError(f"bins must be greater than 0, got {bins}")
     frame = candidate_frame(result)
     parts = []
     for name in RETRIEVERS:
-        part = frame.filter(pl.col(f"{name}_rank").is_not_null()).select(
-            pl.lit(name).alias("retriever"),
-            pl.col(f"{name}_score").alias("score"),
-            pl.col("in_top_k"),
+        scores = frame.filter(pl.col(f"{name}_rank").is_not_null()).select(
+            pl.col(f"{name}_score").alias("score"), pl.col("in_top_k")
         )
-        parts.append(part)
-    long = pl.concat(parts)
+        if scores.height == 0:
+            continue
+        low, high = float(scores["score"].min()), float(scores["score"].max())  # type: ignore[arg-type]
+        width = (high - low) / bins or 1.0
+        parts.append(
+            scores.with_columns(
+                ((pl.col("score") - low) / width).floor().clip(0, bins - 1).cast(pl.Int64).alias("bin")
+            )
+            .group_by("bin", "in_top_k")
+            .agg(pl.len().alias("candidates"))
+            .select(
+                pl.lit(name).alias("retriever"),
+                (low + pl.col("bin") * width).alias("bin_start"),
+                (low + (pl.col("bin") + 1) * width).alias("bin_end"),
+                pl.col("in_top_k"),
+                pl.col("candidates").cast(pl.Int64),
+            )
+        )
+    long = pl.concat(parts).sort("retriever", "bin_start", "in_top_k")
     return (
         alt.Chart(long, title=_title("Score distribution per retriever", result.query))
         .mark_bar()
         .encode(
-            x=alt.X("score:Q", bin=alt.Bin(maxbins=20), title="raw score"),
-            y=alt.Y("count():Q", title="candidates"),
+            x=alt.X("bin_start:Q", bin="binned", title="raw score"),
+            x2="bin_end:Q",
+            y=alt.Y("candidates:Q", stack="zero", title="candidates"),
             color=alt.Color("in_top_k:N", title="in fused top-k"),
-            column=alt.Column("retriever:N", title=None),
-            tooltip=["retriever:N", "count():Q"],
+            column=alt.Column("retriever:N", title=None, sort=list(RETRIEVERS)),
+            tooltip=[
+                "retriever:N",
+                alt.Tooltip("bin_start:Q", format=".3f"),
+                alt.Tooltip("bin_end:Q", format=".3f"),
+                "in_top_k:N",
+                "candidates:Q",
+            ],
         )
         .resolve_scale(x="independent")
         .properties(width=WIDTH // 2 + 40, height=HEIGHT - 80)
@@ -194,10 +225,11 @@ def contribution(result: SearchResult) -> alt.Chart:
         stage = result.trace.stage(name)
         if stage is not None:
             ranks[name] = {doc: r for r, doc in enumerate(stage.output, start=1)}
+    hits = {h.id: h for h in result.hits}
     rows: list[dict[str, Any]] = []
     labels = []
     for position, doc in enumerate(fused.output, start=1):
-        label = f"{position}. #{doc}"
+        label = _item_label(position, doc, hits.get(doc))
         labels.append(label)
         for name, by_doc in ranks.items():
             if doc in by_doc:
@@ -234,6 +266,19 @@ def contribution(result: SearchResult) -> alt.Chart:
         )
         .properties(width=WIDTH, height=max(120, 18 * len(labels)))
     )
+
+
+def _item_label(position: int, doc: int, hit: Hit | None) -> str:
+    """``"1. deploy.md:12 #42"``: rank, a short location when the hit is known, and the id."""
+    if hit is None:
+        return f"{position}. #{doc}"
+    if hit.source is None:
+        where = "remembered"
+    elif hit.cell_index is not None:
+        where = f"{PurePath(hit.source).name}, cell {hit.cell_index}"
+    else:
+        where = PurePath(hit.source).name + (f":{hit.line_start}" if hit.line_start is not None else "")
+    return f"{position}. {where} #{doc}"
 
 
 def distance_relevance(frame: pl.DataFrame, bins: int = 10) -> alt.Chart:

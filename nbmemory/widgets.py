@@ -27,6 +27,7 @@ from nbmemory.search.pipeline import SearchResult
 
 if TYPE_CHECKING:
     from nbmemory.memory import Memory
+    from nbmemory.remote.shared import SharedMemory
 
 __all__ = ["MemoryExplorer", "ResultRow"]
 
@@ -66,8 +67,12 @@ class ResultRow(widgets.VBox):
         super().__init__(
             [self.header, self.body, buttons],
             hit=hit,
+            # flex "0 0 auto": in the scrolling results box a row keeps its height instead of shrinking.
             layout=widgets.Layout(
-                border="1px solid var(--jp-border-color2, #ddd)", padding="4px", margin="2px 0"
+                border="1px solid var(--jp-border-color2, #ddd)",
+                padding="4px",
+                margin="2px 0",
+                flex="0 0 auto",
             ),
         )
 
@@ -92,7 +97,7 @@ class ResultRow(widgets.VBox):
         tags = "".join(f" <code>#{html.escape(t)}</code>" for t in hit.tags)
         self.header.value = (
             f"<b>{self.position}.</b> score <b>{hit.score:.4f}</b> <small>({ranks})</small> · "
-            f"{location_html(hit, self.explorer.links, widget=True)} · "
+            f"{location_html(hit, self.explorer.links, widget=True, short=True)}<br>"
             f"<small>{html.escape(hit.kind)} · {html.escape(hit.namespace)} · "
             f"importance {hit.importance:.1f} · #{int(hit.id)}</small>{tags}"
         )
@@ -136,10 +141,11 @@ class MemoryExplorer(widgets.VBox):
     chart = AnyTrait(None, allow_none=True)
     status = Unicode("")
 
-    def __init__(self, memory: Memory, *, links: Links | None = None, **kwargs: Any) -> None:
+    def __init__(self, memory: Memory | SharedMemory, *, links: Links | None = None, **kwargs: Any) -> None:
         self.memory = memory
         self.links = links
         self._ready = False
+        self._notice = ""
         self._timer: threading.Timer | None = None
         self._seq = 0
         self._lock = threading.RLock()
@@ -148,21 +154,33 @@ class MemoryExplorer(widgets.VBox):
         self.search_box = widgets.Text(
             placeholder="search your memory…", continuous_update=True, layout=widgets.Layout(flex="1")
         )
+        narrow = {"description_width": "initial"}
         self.k_box = widgets.BoundedIntText(
-            min=1, max=200, description="k", layout=widgets.Layout(width="110px")
+            min=1, max=200, description="k", style=narrow, layout=widgets.Layout(width="120px")
         )
-        self.ns_picker = widgets.Dropdown(description="namespace", layout=widgets.Layout(width="230px"))
-        self.kind_picker = widgets.TagsInput(allowed_tags=list(KINDS), allow_duplicates=False)
+        # "" stands for every namespace: a Dropdown shows a value of None as no selection at all.
+        self.ns_picker = widgets.Dropdown(
+            description="namespace", style=narrow, layout=widgets.Layout(width="200px")
+        )
+        # A TagsInput draws no box of its own: the border shows where to type.
+        boxed = {"width": "160px", "border": "1px solid var(--jp-border-color1, #bbb)", "min_height": "28px"}
+        self.kind_picker = widgets.TagsInput(
+            allowed_tags=list(KINDS), allow_duplicates=False, layout=widgets.Layout(**boxed)
+        )
         self.since_box = widgets.Combobox(
             options=["1d", "7d", "30d", "365d"],
-            placeholder="since: 30d or 2026-01-31",
+            placeholder="e.g. 30d",
+            description="since",
             ensure_option=False,
-            layout=widgets.Layout(width="190px"),
+            style=narrow,
+            layout=widgets.Layout(width="180px"),
         )
-        self.tag_picker = widgets.TagsInput(allowed_tags=[], allow_duplicates=False)
+        self.tag_picker = widgets.TagsInput(
+            allowed_tags=[], allow_duplicates=False, layout=widgets.Layout(**boxed)
+        )
         self.status_line = widgets.HTML()
-        self.results_box = widgets.VBox()
-        self.explain_html = widgets.HTML()
+        self.results_box = widgets.VBox(layout=widgets.Layout(max_height="460px", overflow="auto"))
+        self.explain_html = widgets.HTML(layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.chart_picker = widgets.ToggleButtons(options=list(CHARTS), style={"button_width": "auto"})
         self.chart_out = widgets.Output()
         self.tabs = widgets.Tab(
@@ -172,10 +190,10 @@ class MemoryExplorer(widgets.VBox):
         filters = widgets.HBox(
             [
                 self.ns_picker,
-                widgets.HTML("kind"),
+                widgets.HTML("&nbsp;kind"),
                 self.kind_picker,
                 self.since_box,
-                widgets.HTML("tags"),
+                widgets.HTML("&nbsp;tags"),
                 self.tag_picker,
             ],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
@@ -190,13 +208,15 @@ class MemoryExplorer(widgets.VBox):
         for source, target in (
             ((self.search_box, "value"), "query"),
             ((self.k_box, "value"), "top_k"),
-            ((self.ns_picker, "value"), "namespace"),
             ((self.kind_picker, "value"), "kinds"),
             ((self.since_box, "value"), "since"),
             ((self.tag_picker, "value"), "tags"),
             ((self.chart_picker, "value"), "chart_kind"),
         ):
             widgets.link((self, target), source)
+        widgets.link(
+            (self, "namespace"), (self.ns_picker, "value"), transform=(lambda v: v or "", lambda v: v or None)
+        )
         self._ready = True
         if self.query.strip():
             self.search_now()
@@ -261,9 +281,13 @@ class MemoryExplorer(widgets.VBox):
             # A newer search was started while this one ran: its result wins.
             if seq != self._seq:
                 return
+            self.result = result
+            if self._notice:
+                status = f"<small>{html.escape(self._notice)} · </small>{status}"
+                self._notice = ""
+            # The status goes last: once it changes, the results are on show.
             self.status_line.value = status
             self.status = _strip_tags(status)
-            self.result = result
 
     @observe("result")
     def _render(self, change: dict[str, Any]) -> None:
@@ -310,7 +334,8 @@ class MemoryExplorer(widgets.VBox):
             if self.result is not None:
                 kept = [h for h in self.result.hits if h.id != item_id]
                 self.result = SearchResult(self.result.query, kept, self.result.trace)
-        self.status_line.value = f"<small>forgot #{int(item_id)}</small>"
+            self._notice = f"forgot #{int(item_id)}"
+            self.status_line.value = f"<small>{self._notice}</small>"
         self.schedule()
 
     def toggle_pin(self, item_id: int) -> bool:
@@ -351,7 +376,7 @@ class MemoryExplorer(widgets.VBox):
             names = []
         if wanted and wanted not in names:
             names.append(wanted)
-        self.ns_picker.options = [("(all)", None)] + [(n, n) for n in names]
+        self.ns_picker.options = [("(all)", "")] + [(n, n) for n in names]
 
 
 def chart_bundle(chart: Any) -> dict[str, Any]:

@@ -116,8 +116,9 @@ def test_help_lists_every_option(ip: InteractiveShell) -> None:
     for name, method_name in registered.items():
         method = getattr(MemoryMagics, method_name)
         help_text = ip.object_inspect_mime(f"%{name}")["text/plain"]
-        assert method.__doc__.strip().splitlines()[0] in help_text or name == "memory"
         parser = getattr(method, "parser", None)
+        summary = (parser.description if parser is not None else method.__doc__).strip().splitlines()[0]
+        assert summary in help_text, f"%{name}? does not show its summary"
         for action in parser._actions if parser is not None else []:
             for option in action.option_strings:
                 assert option in help_text, f"%{name}? does not list {option}"
@@ -246,9 +247,10 @@ def test_retrievers_option_runs_one_side(ip: InteractiveShell, fake_mem: Memory)
 
 def test_semicolon_silences_the_frame(ip: InteractiveShell, fake_mem: Memory) -> None:
     fake_mem.remember("vpn note")
-    with capture_output():
-        result = ip.run_cell("%memsearch vpn;")
-    assert result.result is None
+    with capture_output() as cap:
+        result = ip.run_cell("%memsearch vpn --explain;")
+    assert result.result is None and result.error_in_exec is None
+    assert "1 hit(s) for 'vpn'" in outputs(cap, "text/plain")
     with capture_output():
         result = ip.run_cell("%memsearch vpn")
     assert isinstance(result.result, pl.DataFrame)
@@ -423,7 +425,7 @@ def test_memindex_indexes_paths_with_a_progress_widget(
     assert job._bar.value == job._bar.max == 3 and job._bar.bar_style == "success"
     assert any("application/vnd.jupyter.widget-view+json" in o.data for o in cap.outputs)
     assert "3 files seen" in cap.stdout
-    assert fake_mem.stats()["by_namespace"] == {"work": 9}
+    assert fake_mem.stats()["by_namespace"] == {"work": 3}
 
 
 def test_memindex_interrupted_keeps_committed_batches(
@@ -478,7 +480,7 @@ def test_memindex_background_runs_in_a_thread(ip: InteractiveShell, fake_mem: Me
     assert job is not None
     report = job.wait(120)
     assert job.done and report is not None and report.files_changed == 3
-    assert not job.cancel_button.disabled or job.done
+    assert job.cancel_button.disabled and job._bar.bar_style == "success"
 
 
 def test_memindex_with_no_path_indexes_the_kernels_cells(
@@ -596,3 +598,73 @@ def test_import_nbmemory_does_not_import_ipython_magics() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True
     )
     assert out.stdout.split() == ["False", "False"]
+
+
+# -- the demo notebook, executed end to end ------------------------------------------------------
+DEMO = Path(__file__).parent / "notebooks" / "magics_demo.ipynb"
+
+
+@pytest.mark.model
+def test_demo_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from nbclient import NotebookClient
+
+    # Every Jupyter and IPython folder under tmp_path, and a kernelspec for this venv's python
+    # installed there: nothing is written to ~.
+    prefix = tmp_path / "jupyter"
+    for name, sub in (
+        ("JUPYTER_PATH", prefix / "share" / "jupyter"),
+        ("JUPYTER_DATA_DIR", tmp_path / "data"),
+        ("JUPYTER_CONFIG_DIR", tmp_path / "config"),
+        ("JUPYTER_RUNTIME_DIR", tmp_path / "runtime"),
+        ("IPYTHONDIR", tmp_path / "ipython"),
+    ):
+        monkeypatch.setenv(name, str(sub))
+    subprocess.run(
+        [sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix), "--name", "nbmemory-test"],
+        check=True,
+        capture_output=True,
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    notebook = work / DEMO.name
+    shutil.copy(DEMO, notebook)
+    # What the Jupyter server tells a kernel about its notebook.
+    monkeypatch.setenv("JPY_SESSION_NAME", str(notebook))
+    nb = nbformat.read(notebook, as_version=4)
+    NotebookClient(
+        nb, kernel_name="nbmemory-test", timeout=600, resources={"metadata": {"path": str(work)}}
+    ).execute()
+
+    def cell_outputs(marker: str, mime: str) -> str:
+        cell = next(c for c in nb.cells if c.cell_type == "code" and marker in c.source)
+        parts = []
+        for out in cell.outputs:
+            if out.get("output_type") == "stream":
+                parts.append(out["text"])
+            elif mime in out.get("data", {}):
+                parts.append(str(out["data"][mime]))
+        return "\n".join(parts)
+
+    assert "32 files seen: 32 indexed" in cell_outputs("%memindex {notes}", "text/plain")
+    search = cell_outputs("hits = %memsearch", "text/html")
+    assert "deploy-staging.md" in search
+    assert "&lt;script&gt;" in search and "<script>alert" not in search and "<img src=x" not in search
+    assert "[rrf]" in cell_outputs("--explain", "text/plain")
+    context = cell_outputs("ctx = %memcontext", "text/plain")
+    assert "possible prompt injection" in context and "paste the prod keys" not in context.split("--")[0]
+    own = cell_outputs("%memindex\n", "text/html")
+    assert "magics_demo.ipynb, cell 2" in own
+    assert f"indexing this notebook: {notebook}" in cell_outputs("%memindex\n", "text/plain")
+    assert "application/vnd.jupyter.widget-view+json" in cell_outputs("%memexplore", "text/plain") or any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        for c in nb.cells
+        if "%memexplore" in c.source
+        for o in c.outputs
+    )
+    assert "<svg" in cell_outputs("plots.rank_scatter", "image/svg+xml")
+    assert "<svg" in cell_outputs("plots.contribution", "image/svg+xml")
+    assert "forgot 1 item(s)" in cell_outputs("%memforget", "text/plain")

@@ -1,0 +1,170 @@
+"""Chart functions return alt.Chart specs with the expected data and encodings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import polars as pl
+import pytest
+
+from nbmemory import ConfigError, Memory, PipelineConfig
+from nbmemory.plots import (
+    candidate_frame,
+    contribution,
+    distance_relevance,
+    rank_scatter,
+    score_distributions,
+)
+from nbmemory.search.pipeline import SearchResult
+from nbmemory.search.trace import Stage, Trace
+
+
+def hand_made_result() -> SearchResult:
+    """A trace computed by hand: bm25 returns 1, 2, 3; vector returns 3, 4; RRF k=60 keeps 3, 1, 4."""
+    trace = Trace("token rotation")
+    trace.add(Stage("bm25", [1, 2, 3], {1: 9.0, 2: 7.5, 3: 2.0}))
+    trace.add(Stage("vector", [3, 4], {3: 0.81, 4: 0.64}))
+    fused = {3: 1 / 63 + 1 / 61, 1: 1 / 61, 4: 1 / 62}
+    trace.add(Stage("rrf", [3, 1, 4], fused, notes={"k": 60, "weights": {"bm25": 1.0, "vector": 1.0}}))
+    return SearchResult("token rotation", [], trace)
+
+
+def spec(chart: alt.Chart) -> dict:
+    data = chart.to_dict()
+    values = next(iter(data["datasets"].values()))
+    return {"spec": data, "values": values}
+
+
+def test_candidate_frame_joins_both_retrievers() -> None:
+    frame = candidate_frame(hand_made_result())
+    rows = {r["id"]: r for r in frame.iter_rows(named=True)}
+    assert set(rows) == {1, 2, 3, 4}
+    assert (rows[3]["bm25_rank"], rows[3]["vector_rank"], rows[3]["fused_rank"]) == (3, 1, 1)
+    assert (rows[2]["vector_rank"], rows[2]["in_top_k"], rows[2]["found_by"]) == (None, False, "bm25 only")
+    assert rows[4]["found_by"] == "vector only" and rows[3]["found_by"] == "both"
+
+
+def test_rank_scatter_encodings_and_missing_ranks_past_the_depth() -> None:
+    chart = rank_scatter(hand_made_result())
+    assert isinstance(chart, alt.Chart)
+    out = spec(chart)
+    enc = out["spec"]["encoding"]
+    assert (enc["x"]["field"], enc["x"]["type"]) == ("bm25_rank", "quantitative")
+    assert (enc["y"]["field"], enc["y"]["type"]) == ("vector_rank", "quantitative")
+    assert enc["color"]["field"] == "found_by" and enc["shape"]["field"] == "in_top_k"
+    by_id = {v["id"]: v for v in out["values"]}
+    # Depth is 3, so an item a retriever missed is drawn at rank 4.
+    assert by_id[4]["bm25_rank"] == 4 and by_id[2]["vector_rank"] == 4
+    assert by_id[1]["in_top_k"] == "fused top-k" and by_id[2]["in_top_k"] == "not in top-k"
+
+
+def test_score_distributions_bins_each_retriever_on_its_own_scale() -> None:
+    chart = score_distributions(hand_made_result(), bins=2)
+    assert isinstance(chart, alt.Chart)
+    out = spec(chart)
+    enc = out["spec"]["encoding"]
+    assert (enc["x"]["field"], enc["x2"]["field"], enc["y"]["field"]) == (
+        "bin_start",
+        "bin_end",
+        "candidates",
+    )
+    assert enc["color"]["field"] == "in_top_k" and enc["column"]["field"] == "retriever"
+    assert out["spec"]["resolve"]["scale"]["x"] == "independent"
+    bars = sorted(
+        (v["retriever"], round(v["bin_start"], 3), round(v["bin_end"], 3), v["in_top_k"], v["candidates"])
+        for v in out["values"]
+    )
+    # bm25 scores 2.0 (top-k), 7.5, 9.0 (top-k) in bins [2, 5.5) and [5.5, 9];
+    # vector scores 0.64 and 0.81 (both top-k) in [0.64, 0.725) and [0.725, 0.81].
+    assert bars == [
+        ("bm25", 2.0, 5.5, True, 1),
+        ("bm25", 5.5, 9.0, False, 1),
+        ("bm25", 5.5, 9.0, True, 1),
+        ("vector", 0.64, 0.725, True, 1),
+        ("vector", 0.725, 0.81, True, 1),
+    ]
+
+
+def test_contribution_matches_the_rrf_terms_by_hand() -> None:
+    chart = contribution(hand_made_result())
+    assert isinstance(chart, alt.Chart)
+    out = spec(chart)
+    enc = out["spec"]["encoding"]
+    assert enc["x"]["field"] == "contribution" and enc["x"]["stack"] == "zero"
+    assert enc["y"]["field"] == "item" and enc["y"]["sort"] == ["1. #3", "2. #1", "3. #4"]
+    assert enc["color"]["field"] == "retriever"
+    terms = {(v["id"], v["retriever"]): v["contribution"] for v in out["values"]}
+    assert terms == pytest.approx(
+        {(3, "bm25"): 1 / 63, (3, "vector"): 1 / 61, (1, "bm25"): 1 / 61, (4, "vector"): 1 / 62}
+    )
+
+
+def test_contribution_uses_the_weights_in_the_trace() -> None:
+    result = hand_made_result()
+    result.trace.stage("rrf").notes["weights"] = {"bm25": 2.0, "vector": 0.5}  # type: ignore[union-attr]
+    terms = {(v["id"], v["retriever"]): v["contribution"] for v in spec(contribution(result))["values"]}
+    assert terms[(1, "bm25")] == pytest.approx(2 / 61) and terms[(4, "vector")] == pytest.approx(0.5 / 62)
+
+
+def test_distance_relevance_bins_and_probabilities() -> None:
+    frame = pl.DataFrame(
+        {"distance": [0.05, 0.1, 0.15, 0.55, 0.6, 0.95, 1.0], "relevant": [1, 1, 0, 1, 0, 0, 0]}
+    )
+    chart = distance_relevance(frame, bins=2)
+    assert isinstance(chart, alt.Chart)
+    out = spec(chart)
+    enc = out["spec"]["encoding"]
+    assert (enc["x"]["field"], enc["y"]["field"]) == ("distance", "p_relevant")
+    assert enc["y"]["scale"]["domain"] == [0, 1]
+    curve = sorted((round(v["distance"], 4), round(v["p_relevant"], 4), v["n"]) for v in out["values"])
+    # Bins [0.05, 0.525) and [0.525, 1.0]: 2 of 3 relevant, then 1 of 4.
+    assert curve == [(0.2875, 0.6667, 3), (0.7625, 0.25, 4)]
+
+
+def test_distance_relevance_needs_its_columns() -> None:
+    with pytest.raises(ConfigError, match="missing: relevant"):
+        distance_relevance(pl.DataFrame({"distance": [0.1]}))
+    with pytest.raises(ConfigError, match="bins"):
+        distance_relevance(pl.DataFrame({"distance": [0.1], "relevant": [True]}), bins=0)
+
+
+def test_charts_from_a_real_search_render_offline(fake_mem: Memory) -> None:
+    vl_convert = pytest.importorskip("vl_convert")
+    fake_mem.remember_many([f"note {i} about vpn deploys and token {i % 7}" for i in range(60)])
+    result = fake_mem.search("token rotation vpn", k=8)
+    for make in (rank_scatter, score_distributions, contribution):
+        chart = make(result)
+        assert chart.to_dict()["title"]["subtitle"] == "query: token rotation vpn"
+        assert vl_convert.vegalite_to_svg(chart.to_dict()).lstrip().startswith("<svg")
+    rng = np.random.default_rng(0)
+    distance = rng.uniform(0, 1, 200)
+    judged = pl.DataFrame({"distance": distance, "relevant": rng.uniform(0, 1, 200) > distance})
+    assert vl_convert.vegalite_to_svg(distance_relevance(judged).to_dict()).lstrip().startswith("<svg")
+
+
+def test_single_retriever_result_still_plots(fake_mem: Memory) -> None:
+    fake_mem.remember_many(["token rotation note", "vpn note"])
+    result = fake_mem.search("token rotation", config=PipelineConfig(retrievers=("bm25",)))
+    frame = candidate_frame(result)
+    assert frame["vector_rank"].null_count() == frame.height
+    assert rank_scatter(result).to_dict()["encoding"]["x"]["field"] == "bm25_rank"
+
+
+def test_a_trace_without_retriever_stages_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no bm25 or vector stage"):
+        rank_scatter(SearchResult("q", [], Trace("q")))
+
+
+def test_contribution_labels_name_the_hit(fake_mem: Memory, tmp_path: Path) -> None:
+    (tmp_path / "ops.md").write_text(
+        "# Ops\n\n## Tokens\n\nRotate the token every quarter.\n", encoding="utf-8"
+    )
+    fake_mem.index(tmp_path / "ops.md")
+    item = fake_mem.remember("token rotation reminder")
+    result = fake_mem.search("token rotation", k=2)
+    labels = contribution(result).to_dict()["encoding"]["y"]["sort"]
+    assert [label.split(".")[0] for label in labels] == ["1", "2"]
+    assert any(label.endswith(f"remembered #{item.id}") for label in labels)
+    assert any("ops.md:" in label for label in labels)
