@@ -201,6 +201,7 @@ def purge(db: Database, chunk_ids: list[int]) -> None:
     """Hard-delete chunks (replaced file content) with their vectors, postings and links."""
     if not chunk_ids:
         return
+    db.cache.pop("fts_corpus", None)  # the delta's size is cached by the BM25 retriever
     for table, column in (
         ("vectors", "chunk_id"),
         ("fts_delta", "chunk_id"),
@@ -229,6 +230,7 @@ def soft_delete(db: Database, chunk_ids: list[int], reason: str, now: datetime) 
         "UPDATE chunks SET deleted_at = ?, deleted_reason = ? WHERE id IN (SELECT unnest(?::BIGINT[]))",
         [now, reason, live],
     )
+    db.cache.pop("fts_corpus", None)  # the delta's size is cached by the BM25 retriever
     for table in ("vectors", "fts_delta", "fts_delta_docs"):
         db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [live])
     return len(live)

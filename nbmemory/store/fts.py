@@ -36,7 +36,8 @@ def _state(db: Database) -> tuple[bool, int]:
     cached = db.cache.get("fts")
     if isinstance(cached, tuple):
         return cached
-    state = (db.table_exists("dict", schema=FTS_SCHEMA), int(db.get_meta("fts_seq", "0") or 0))
+    exists = db.table_exists("dict", schema=FTS_SCHEMA) and db.table_exists("fts_postings")
+    state = (exists, int(db.get_meta("fts_seq", "0") or 0))
     db.cache["fts"] = state
     return state
 
@@ -55,12 +56,27 @@ def delta_size(db: Database) -> int:
 
 def rebuild(db: Database) -> int:
     """Rebuild the snapshot over all chunks and empty the delta; returns the new watermark."""
-    db.cache.pop("fts", None)
+    for key in ("fts", "fts_terms", "fts_corpus"):
+        db.cache.pop(key, None)
     with db.transaction() as con:
         mark = int(con.execute("SELECT coalesce(max(seq), 0) FROM chunks").fetchone()[0])  # type: ignore[index]
         con.execute(
             "PRAGMA create_fts_index('chunks', 'id', 'text', 'heading', "
             "stemmer = 'porter', stopwords = 'english', ignore = '[^a-z0-9]+', overwrite = 1)"
+        )
+        # The extension's `terms` table is one row per token occurrence in docid order, so a
+        # query scans all of it. This copy has one row per (term, chunk), sorted by term, so
+        # DuckDB's zone maps skip every row group that holds none of the query's terms.
+        con.execute(
+            f"""
+            CREATE OR REPLACE TABLE fts_postings AS
+            SELECT t.termid::INTEGER AS termid, d.name::BIGINT AS chunk_id,
+                   sum(CASE WHEN t.fieldid = 0 THEN 1.0 ELSE {HEADING_WEIGHT} END)::DOUBLE AS tf,
+                   any_value(d.len)::DOUBLE AS len
+            FROM {FTS_SCHEMA}.terms t JOIN {FTS_SCHEMA}.docs d USING (docid)
+            GROUP BY t.termid, d.name
+            ORDER BY termid, chunk_id
+            """
         )
         con.execute("DELETE FROM fts_delta")
         con.execute("DELETE FROM fts_delta_docs")
@@ -68,7 +84,8 @@ def rebuild(db: Database) -> int:
             "INSERT INTO meta VALUES ('fts_seq', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [str(mark)],
         )
-    db.cache.pop("fts", None)
+    for key in ("fts", "fts_terms", "fts_corpus"):
+        db.cache.pop(key, None)
     return mark
 
 
@@ -100,6 +117,7 @@ def add_delta(db: Database, chunk_ids: list[int]) -> None:
     if not index_exists(db):
         # The first write to a new store: a snapshot of (almost) nothing gives us the tokenizer.
         return
+    db.cache.pop("fts_corpus", None)
     db.execute("DELETE FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
     db.execute("DELETE FROM fts_delta_docs WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
     db.execute(
@@ -137,6 +155,56 @@ def query_terms(db: Database, query: str) -> list[str]:
     return sorted(r[0] for r in rows if r[0])
 
 
+def _sql_strings(values: list[str]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def _term_stats(db: Database, terms: list[str]) -> list[tuple[str, int | None, int, int]]:
+    """(term, snapshot term id, snapshot df, delta df) for each query term.
+
+    The snapshot's dictionary only changes with rebuild(), so its entries are cached per
+    open file; the delta is asked only when it holds anything.
+    """
+    cache: dict[str, tuple[int | None, int]] = db.cache.setdefault("fts_terms", {})  # type: ignore[assignment]
+    missing = [t for t in terms if t not in cache]
+    if missing:
+        found = {
+            term: (int(tid), int(df))
+            for term, tid, df in db.fetchall(
+                f"SELECT term, termid, df FROM {FTS_SCHEMA}.dict WHERE term IN ({_sql_strings(missing)})"
+            )
+        }
+        if len(cache) > 200_000:
+            cache.clear()
+        for term in missing:
+            cache[term] = found.get(term, (None, 0))
+    delta_df: dict[str, int] = {}
+    if _corpus_stats(db)[2]:
+        delta_df = dict(
+            db.fetchall(
+                f"SELECT term, count(DISTINCT chunk_id) FROM fts_delta WHERE term IN ({_sql_strings(terms)}) "
+                "GROUP BY term"
+            )
+        )
+    return [(t, cache[t][0], cache[t][1], int(delta_df.get(t, 0))) for t in terms]
+
+
+def _corpus_stats(db: Database) -> tuple[int, float, int, int]:
+    """(snapshot docs, snapshot mean length, delta docs, delta total length), cached until a write."""
+    cached = db.cache.get("fts_corpus")
+    if isinstance(cached, tuple):
+        return cached
+    row = db.fetchone(
+        f"SELECT (SELECT coalesce(max(num_docs), 0) FROM {FTS_SCHEMA}.stats), "
+        f"(SELECT coalesce(max(avgdl), 0) FROM {FTS_SCHEMA}.stats), "
+        "(SELECT count(*) FROM fts_delta_docs), (SELECT coalesce(sum(len), 0) FROM fts_delta_docs)"
+    )
+    assert row is not None
+    stats = (int(row[0]), float(row[1]), int(row[2]), int(row[3]))
+    db.cache["fts_corpus"] = stats
+    return stats
+
+
 def _idf(n: float, df: float) -> float:
     return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
 
@@ -158,23 +226,10 @@ def search(
     if not terms or not index_exists(db):
         return []
     params = params or []
-    stats = db.fetchall(
-        f"""
-        WITH qt AS (SELECT unnest(?::VARCHAR[]) AS term),
-        ddf AS (SELECT term, count(DISTINCT chunk_id) AS df FROM fts_delta
-                WHERE term IN (SELECT term FROM qt) GROUP BY term),
-        st AS (SELECT coalesce(num_docs, 0) AS n, coalesce(avgdl, 0) AS avgdl FROM {FTS_SCHEMA}.stats),
-        dst AS (SELECT count(*) AS n, coalesce(sum(len), 0) AS total FROM fts_delta_docs)
-        SELECT qt.term, d.termid, coalesce(d.df, 0), coalesce(ddf.df, 0), st.n, st.avgdl, dst.n, dst.total
-        FROM qt LEFT JOIN {FTS_SCHEMA}.dict d USING (term) LEFT JOIN ddf USING (term), st, dst
-        """,
-        [terms],
-    )
-    if not stats:
-        return []
-    _, _, _, _, n_idx, avgdl_idx, n_delta, len_delta = stats[0]
-    n = float(n_idx or 0) + float(n_delta)
-    avgdl = max((float(n_idx or 0) * float(avgdl_idx or 0) + float(len_delta)) / max(n, 1.0), 1.0)
+    stats = _term_stats(db, terms)
+    n_idx, avgdl_idx, n_delta, len_delta = _corpus_stats(db)
+    n = float(n_idx) + float(n_delta)
+    avgdl = max((float(n_idx) * float(avgdl_idx) + float(len_delta)) / max(n, 1.0), 1.0)
     idf = {term: _idf(n, float(df_idx) + float(df_delta)) for term, _, df_idx, df_delta, *_ in stats}
     termids = [int(tid) for _, tid, *_ in stats if tid is not None]
     id_idf = [idf[term] for term, tid, *_ in stats if tid is not None]
@@ -187,21 +242,16 @@ def search(
         parts.append(
             f"""
             SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score
-            FROM (
-                SELECT t.docid, t.termid,
-                       sum(CASE WHEN t.fieldid = 0 THEN 1.0 ELSE {HEADING_WEIGHT} END)::DOUBLE AS tf,
-                       any_value(docs.len)::DOUBLE AS len, any_value(docs.name) AS name
-                FROM {FTS_SCHEMA}.terms t JOIN {FTS_SCHEMA}.docs docs USING (docid)
-                WHERE t.termid IN (SELECT unnest(?::BIGINT[]))
-                GROUP BY t.docid, t.termid
-            ) p
-            JOIN (SELECT unnest(?::BIGINT[]) AS termid, unnest(?::DOUBLE[]) AS idf) q USING (termid)
-            JOIN chunks c ON c.id = p.name
-            WHERE c.seq <= ? AND c.deleted_at IS NULL AND ({where})
+            FROM fts_postings p
+            JOIN (SELECT unnest(?::INTEGER[]) AS termid, unnest(?::DOUBLE[]) AS idf) q USING (termid)
+            JOIN chunks c ON c.id = p.chunk_id
+            WHERE p.termid IN ({", ".join(str(t) for t in termids)})
+              AND c.seq <= ? AND c.deleted_at IS NULL AND ({where})
             GROUP BY c.id
             """
         )
-        args += [termids, termids, id_idf, watermark(db), *params]
+        # Term ids are integers from the index itself: inlined, so the filter reaches the scan.
+        args += [termids, id_idf, watermark(db), *params]
     if delta_terms:
         parts.append(
             f"""
