@@ -17,7 +17,21 @@ from pathlib import Path
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+]
 
 
 def write_tree(root: Path, files: int) -> None:
@@ -25,7 +39,8 @@ def write_tree(root: Path, files: int) -> None:
         folder = root / f"area{i % 50:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         body = "\n\n".join(
-            f"## Part {j}\n\n" + " ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(60)) for j in range(4)
+            f"## Part {j}\n\n" + " ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(60))
+            for j in range(4)
         )
         (folder / f"note{i:05d}.md").write_text(f"# Note {i}\n\n{body}\n", encoding="utf-8")
 

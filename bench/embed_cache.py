@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,8 @@ import numpy as np
 
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 BLOCK = 4096
+PROBE = 16
+PROBE_TOL = 1e-4
 
 
 def text_key(text: str) -> bytes:
@@ -86,6 +89,43 @@ def _cache_for(embedder) -> VectorCache:  # type: ignore[no-untyped-def]
     return _caches[fp]
 
 
+def _adopt_equivalent(cache: VectorCache, embedder, missing: dict[bytes, str], log) -> VectorCache:  # type: ignore[no-untyped-def]
+    """Reuse vectors cached under another fingerprint when the model provably gives the same ones.
+
+    A fingerprint can change while the weights stay the same (the package changed how it
+    computes fingerprints). For each other cache folder of the same dimension holding some of
+    the missing texts, up to ``PROBE`` of them are embedded now; if every probe matches the
+    stored vector (max |diff| <= ``PROBE_TOL``), that folder's blocks are linked into this one.
+    """
+    for other_dir in sorted(p for p in CACHE_DIR.iterdir() if p.is_dir() and p != cache.dir):
+        other = VectorCache(other_dir.name, cache.dim)
+        probe = [(k, t) for k, t in missing.items() if other.get(k) is not None][:PROBE]
+        if len(probe) < min(PROBE, len(missing)):
+            continue
+        fresh = embedder.embed_documents([t for _, t in probe])
+        stored = np.stack([other.get(k) for k, _ in probe])
+        diff = float(np.abs(fresh - stored).max())
+        if diff > PROBE_TOL:
+            if log:
+                log(f"cache {other_dir.name} differs from this model (max diff {diff:.2e}): not reused")
+            continue
+        for block in other_dir.glob("block-*.npz"):
+            target = cache.dir / f"{block.stem}-from-{other_dir.name}.npz"
+            if not target.exists():
+                try:
+                    os.link(block, target)
+                except OSError:
+                    shutil.copyfile(block, target)
+        if log:
+            log(
+                f"fingerprint {cache.dir.name}: reusing {len(other)} vectors cached under "
+                f"{other_dir.name} (same vectors on {len(probe)} probes, max diff {diff:.1e})"
+            )
+        _caches[cache.dir.name] = VectorCache(cache.dir.name, cache.dim)
+        return _caches[cache.dir.name]
+    return cache
+
+
 def cached_vectors(
     texts: Sequence[str],
     embedder,  # type: ignore[no-untyped-def]
@@ -99,6 +139,9 @@ def cached_vectors(
     for key, text in zip(keys, texts, strict=True):
         if key not in missing and cache.get(key) is None:
             missing[key] = text
+    if len(missing) >= PROBE:
+        cache = _adopt_equivalent(cache, embedder, missing, log)
+        missing = {k: t for k, t in missing.items() if cache.get(k) is None}
     if missing:
         todo = list(missing.items())
         started = time.perf_counter()
@@ -139,6 +182,8 @@ class CachedEmbedder:
     def __init__(self, inner, log: Callable[[str], None] | None = None) -> None:  # type: ignore[no-untyped-def]
         self.inner = inner
         self.log = log
+        # Benchmarks set this to measure search work alone: queries found here skip the model.
+        self.query_vectors: dict[str, np.ndarray] | None = None
 
     @property
     def name(self) -> str:
@@ -163,6 +208,8 @@ class CachedEmbedder:
         return vecs
 
     def embed_query(self, text: str) -> np.ndarray:
+        if self.query_vectors is not None and text in self.query_vectors:
+            return self.query_vectors[text]
         return self.inner.embed_query(text)
 
 

@@ -62,56 +62,61 @@ def summarize_plan(text: str, top: int = 14) -> str:
 
 def shape(sql: str) -> str:
     flat = " ".join(sql.split())
-    if "WITH qt AS" in flat:
-        return "fts.search (BM25 over index tables)"
-    if "WITH top AS" in flat:
-        return "vectors.search (HNSW top-k + join chunks)"
     flat = re.sub(r"'[^']*'", "'?'", flat)
-    return flat[:90]
+    return flat[:100]
 
 
 class Recorder:
+    """Times every outermost ``Database`` call (wall and this process's CPU) by statement shape."""
+
     def __init__(self) -> None:
         self.times: dict[str, list[float]] = defaultdict(list)
+        self.cpu: dict[str, list[float]] = defaultdict(list)
+        self.last: dict[str, tuple[str, Any]] = {}
         self.depth = 0
-        self.explain: set[str] = set()
-        self.plans: dict[str, str] = {}
+        self.orig_fetchall: Any = None
 
     def wrap(self, db: Any) -> None:
         rec = self
         orig_execute, orig_fetchall, orig_fetchone = db.execute, db.fetchall, db.fetchone
         orig_tx = db.transaction
+        self.orig_fetchall = orig_fetchall
 
         def timed(fn):  # type: ignore[no-untyped-def]
             def inner(sql, params=None):  # type: ignore[no-untyped-def]
                 if rec.depth:
                     return fn(sql, params)
                 rec.depth += 1
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 try:
                     return fn(sql, params)
                 finally:
                     rec.depth -= 1
                     key = shape(sql)
                     rec.times[key].append((time.perf_counter() - t) * 1000)
-                    if key.startswith(("fts.search", "vectors.search")) and key in rec.explain:
-                        rec.explain.discard(key)
-                        plan = orig_fetchall("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-                        rec.plans[key] = summarize_plan(plan[0][1])
+                    rec.cpu[key].append((time.process_time() - c) * 1000)
+                    rec.last[key] = (sql, params)
 
             return inner
 
         @contextmanager
         def tx():  # type: ignore[no-untyped-def]
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             with orig_tx() as con:
                 yield con
-            rec.times["transaction (whole block incl. COMMIT)"].append((time.perf_counter() - t) * 1000)
+            key = "transaction (search log: whole block incl. COMMIT)"
+            rec.times[key].append((time.perf_counter() - t) * 1000)
+            rec.cpu[key].append((time.process_time() - c) * 1000)
 
         db.execute = timed(orig_execute)
         db.fetchall = timed(orig_fetchall)
         db.fetchone = timed(orig_fetchone)
         db.transaction = tx
+
+    def explain(self, key: str) -> str:
+        sql, params = self.last[key]
+        plan = self.orig_fetchall("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        return summarize_plan(plan[0][1])
 
 
 def build_store(path: Path, n: int, embedder: Any) -> None:
@@ -131,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--explain", action="store_true")
+    parser.add_argument("--explain", type=int, default=3, help="EXPLAIN ANALYZE the N costliest reads")
+    parser.add_argument("--threads", type=int, default=0, help="SET threads = N (0: DuckDB default)")
     parser.add_argument("--no-log", action="store_true", help="search(log=False)")
     args = parser.parse_args(argv)
 
@@ -140,41 +146,56 @@ def main(argv: list[str] | None = None) -> None:
 
     real = SentenceTransformerEmbedder()
     path = CACHE_DIR / f"profile-{args.n}.duckdb"
+    from nbmemory.errors import ModelMismatchError
+
     if not path.exists():
         build_store(path, args.n, real)
-    mem = Memory(path, embedder=CachedEmbedder(real))
+    try:
+        mem = Memory(path, embedder=CachedEmbedder(real), on_model_change="error")
+        _ = mem.embedder
+    except ModelMismatchError:  # the fingerprint changed: rebuild rather than re-embed 50k chunks
+        mem.close()
+        for old in CACHE_DIR.glob(f"profile-{args.n}.duckdb*"):
+            old.unlink()
+        build_store(path, args.n, real)
+        mem = Memory(path, embedder=CachedEmbedder(real), on_model_change="error")
+    if args.threads:
+        mem.db.execute(f"SET threads = {args.threads}")
+    threads = mem.db.scalar("SELECT current_setting('threads')")
     queries = load_queries()
     for q in queries[:20]:
         mem.search(q, log=not args.no_log)
     rec = Recorder()
     rec.wrap(mem.db)
-    if args.explain:
-        rec.explain = {"fts.search (BM25 over index tables)", "vectors.search (HNSW top-k + join chunks)"}
-    e2e, embed = [], []
+    e2e, embed, cpu = [], [], []
     stages: dict[str, list[float]] = defaultdict(list)
     for q in queries[20 : 20 + args.queries]:
         real._query_cache.clear()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         r = mem.search(q, k=10, log=not args.no_log)
         e2e.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
         embed.append(r.trace.stage("vector").notes["embed_ms"])
         for s in r.trace.stages:
             stages[s.name].append(s.ms)
     nq = len(e2e)
+    work = np.subtract(e2e, embed)
     print(
-        f"{nq} queries at {args.n} chunks: e2e p50 {np.median(e2e):.2f} ms, embed p50 "
-        f"{np.median(embed):.2f}, work p50 {np.median(np.subtract(e2e, embed)):.2f} ms"
+        f"{nq} queries at {args.n} chunks, DuckDB threads={threads}, load {os.getloadavg()[0]:.2f}: "
+        f"e2e p50 {np.median(e2e):.2f} ms (process CPU {np.median(cpu):.2f} ms), "
+        f"query embedding p50 {np.median(embed):.2f} ms, search work p50 {np.median(work):.2f} ms"
     )
-    print("trace stages p50:", {k: round(float(np.median(v)), 2) for k, v in stages.items()})
-    print(f"\n{'calls/q':>7} {'p50 ms':>8} {'mean ms':>8} {'ms/q':>7}  statement")
+    print("trace stages p50 ms:", {k: round(float(np.median(v)), 2) for k, v in stages.items()})
+    print(f"\n{'calls/q':>7} {'p50 ms':>8} {'cpu p50':>8} {'ms/q':>7}  statement")
     rows = sorted(rec.times.items(), key=lambda kv: -sum(kv[1]))
     for key, values in rows:
         print(
-            f"{len(values) / nq:7.2f} {np.median(values):8.3f} {np.mean(values):8.3f} "
+            f"{len(values) / nq:7.2f} {np.median(values):8.3f} {np.median(rec.cpu[key]):8.3f} "
             f"{sum(values) / nq:7.2f}  {key}"
         )
-    for key, plan in rec.plans.items():
-        print(f"\n===== EXPLAIN ANALYZE: {key}\n{plan}")
+    reads = [k for k, _ in rows if k in rec.last and k.lstrip("( ").upper().startswith(("SELECT", "WITH"))]
+    for key in reads[: args.explain]:
+        print(f"\n===== EXPLAIN ANALYZE (last query): {key}\n{rec.explain(key)}")
     mem.close()
 
 
