@@ -109,7 +109,7 @@ class CachedEmbedder:
 
     Missing texts are embedded by the wrapped model, longest-first sorted into blocks (less
     padding per batch on CPU), and written to the cache block by block. Queries always run the
-    real model, so measured latency includes the query embedding. ``name``, ``fingerprint`` and
+    real model (bypassing its query cache), so measured latency includes the query embedding. ``name``, ``fingerprint`` and
     ``dim`` are the wrapped model's: a store built through this wrapper is the same as one
     built with the model itself.
 
@@ -194,4 +194,9 @@ class CachedEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
+        # The model's own query LRU would make every configuration after the first one skip the
+        # embedding (for sets under its size): drop the entry so measured latency always includes it.
+        lru = getattr(self.inner, "_query_cache", None)
+        if isinstance(lru, dict):
+            lru.pop(text, None)
         return self.inner.embed_query(text)

@@ -32,6 +32,7 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
                 limit_docs=args.limit_docs,
                 options=options,
                 cache=not args.no_cache,
+                torch_threads=args.torch_threads,
                 log=log,
             )
         )
@@ -81,6 +82,7 @@ def cmd_eval_scenario(args: argparse.Namespace) -> int:
         model=args.eval_model or args.model,
         device=args.device,
         seed=args.seed,
+        torch_threads=args.torch_threads,
         log=None if args.quiet else _log,
     )
     print(result.describe())
@@ -116,6 +118,11 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         )
         p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
         p.add_argument("--json", help="also write the full results (per query too) to this JSON file")
+        p.add_argument(
+            "--torch-threads",
+            type=int,
+            help="torch intra-op threads (default: torch's own); 1 gives stable latency on a busy machine",
+        )
 
     text = "evaluate configurations on BEIR folders: NDCG@10, Recall@10/@100, MAP@10, MRR@10, latency"
     p = inner.add_parser("beir", help=text, description=text)

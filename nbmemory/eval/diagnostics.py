@@ -405,10 +405,23 @@ def save_thresholds(payload: Mapping[str, Any], path: str | os.PathLike[str] | N
     return target
 
 
+def bundled_thresholds_path(fingerprint: str) -> Path:
+    """Thresholds shipped with nbmemory for a model: ``nbmemory/eval/thresholds/<fingerprint>.json``."""
+    return Path(__file__).resolve().parent / "thresholds" / f"{fingerprint}.json"
+
+
 def load_thresholds(fingerprint: str, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
-    """Thresholds for a model fingerprint, or None when none were derived yet."""
-    target = Path(path) if path is not None else thresholds_path(fingerprint)
-    if not target.exists():
-        return None
-    data: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
-    return data
+    """Thresholds for a model fingerprint: ``path``, else the user's own (eval cache), else the shipped ones.
+
+    Returns None when none were derived for this model.
+    """
+    candidates = (
+        [Path(path)]
+        if path is not None
+        else [thresholds_path(fingerprint), bundled_thresholds_path(fingerprint)]
+    )
+    for target in candidates:
+        if target.exists():
+            data: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
+            return data
+    return None

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def results_table(results: Sequence[BeirResult]) -> pl.DataFrame:
-    """One row per (dataset, configuration): metrics, latency p50/p95, sizes.
+    """One row per (dataset, configuration): metrics, latency p50/p95 (and of the query embedding), sizes.
 
     Parameters
     ----------

@@ -75,7 +75,9 @@ def test_hits_tables_and_json(tiny_beir: Path) -> None:
     assert "q1" in payload["configs"]["rrf"]["per_query"]
 
 
-def test_rerun_reuses_cached_store_and_vectors(tiny_beir: Path) -> None:
+def test_rerun_reuses_cached_store_and_vectors(tiny_beir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pinned: an edit of the store code while the suite runs must not look like a cache miss.
+    monkeypatch.setattr(harness, "_code_hash", lambda: "pinned")
     first_embedder = FakeEmbedder(dim=32)
     first = evaluate_beir(tiny_beir, "bm25", embedder=first_embedder, log=None)
     assert not first.store.reused
@@ -176,3 +178,18 @@ def test_real_model_on_a_scifact_slice(real_embedder: Any) -> None:
         assert result.runs[name].overall["ndcg@10"] > 0.5, name
         assert result.runs[name].overall["recall@100"] > 0.8, name
     assert result.runs["vector"].hits[0]["vector_sim"] is not None
+
+
+def test_changed_store_code_rebuilds_and_drops_the_old_store(
+    tiny_beir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(harness, "_code_hash", lambda: "before")
+    first = evaluate_beir(tiny_beir, "bm25", embedder=FakeEmbedder(dim=32), log=None)
+    monkeypatch.setattr(harness, "_code_hash", lambda: "changed")
+    embedder = FakeEmbedder(dim=32)
+    second = evaluate_beir(tiny_beir, "bm25", embedder=embedder, log=None)
+    assert not second.store.reused
+    assert second.store.path != first.store.path
+    assert not first.store.path.exists()
+    assert embedder.texts_embedded == 0  # the vectors still come from the cache
+    assert second.runs["bm25"].overall == first.runs["bm25"].overall

@@ -22,7 +22,7 @@ RANKED = {
 
 
 def test_hand_computed_values_per_query() -> None:
-    overall, per_query = evaluate(QRELS, rank_run(RANKED))
+    _, per_query = evaluate(QRELS, rank_run(RANKED))
 
     dcg = 1 / math.log2(2 + 1) + 2 / math.log2(4 + 1)
     ideal = 2 / math.log2(1 + 1) + 1 / math.log2(2 + 1)
