@@ -231,7 +231,11 @@ def _namespace(value: Any) -> str | None:
 
 
 class RememberHandler(MemoryHandler):
-    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace}``."""
+    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace, request_key}``.
+
+    ``request_key`` (optional, up to 100 characters) makes a retried POST idempotent: a client
+    that lost the reply (the server died after committing) gets the item stored the first time.
+    """
 
     @tornado.web.authenticated
     async def post(self) -> None:
@@ -244,6 +248,11 @@ class RememberHandler(MemoryHandler):
             kwargs["tags"] = _tags(body["tags"])
         if body.get("importance") is not None:
             kwargs["importance"] = _importance(body["importance"])
+        key = body.get("request_key")
+        if key is not None:
+            if not isinstance(key, str) or not 0 < len(key) <= 100:
+                raise _fail(400, "request_key must be a string of 1 to 100 characters")
+            kwargs["request_key"] = "http:" + key
         item = await self.call(lambda mem: mem.remember(text, **kwargs))
         self.reply(_item_dict(item, self.state.root_dir), status=201)
 
