@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-slow lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(STAMP)
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium could not be installed: the UI tests will be skipped"
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" -q
+
+# The long runs: sustained sharing with owner kills (thousands of writes), the real-model BEIR slice.
+test-slow: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m slow -q -s
 
 lint: $(STAMP)
 	$(BIN)/ruff check nbmemory tests bench
