@@ -576,8 +576,7 @@ class Memory:
                         "at": pa.array([a for _, a in counts.values()], pa.timestamp("us")),
                     }
                 )
-                chunk_rows.with_table(
-                    self.db,
+                self.db.with_arrow(
                     "_nbm_counts",
                     table,
                     "UPDATE chunks SET retrieval_count = retrieval_count + t.n, last_retrieved_at = t.at "
@@ -621,10 +620,7 @@ class Memory:
                     ),
                 }
             )
-            with self.db.lock:
-                self.db.con.register("_nbm_re", table)
-                self.db.con.execute("INSERT INTO vectors_new SELECT * FROM _nbm_re")
-                self.db.con.unregister("_nbm_re")
+            self.db.with_arrow("_nbm_re", table, "INSERT INTO vectors_new SELECT * FROM _nbm_re")
             bar.update(len(part))
         bar.close()
         # The swap is one transaction: a reader sees all old vectors or all new ones.

@@ -100,35 +100,22 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
             ]
         ),
     )
-    with db.lock:
-        db.con.register("_nbm_new_chunks", table)
-        try:
-            db.con.execute(
-                """
-                INSERT INTO chunks (id, doc_id, namespace, kind, source, ordinal, text, heading,
-                    cell_id, cell_index, line_start, line_end, content_hash, tags, importance,
-                    created_at, updated_at, seq)
-                SELECT id, doc_id, namespace, kind, source, ordinal, text, heading, cell_id,
-                    cell_index, line_start, line_end, content_hash, tags, importance, ?, ?, seq
-                FROM _nbm_new_chunks
-                """,
-                [now, now],
-            )
-        finally:
-            db.con.unregister("_nbm_new_chunks")
+    db.with_arrow(
+        "_nbm_new_chunks",
+        table,
+        """
+        INSERT INTO chunks (id, doc_id, namespace, kind, source, ordinal, text, heading,
+            cell_id, cell_index, line_start, line_end, content_hash, tags, importance,
+            created_at, updated_at, seq)
+        SELECT id, doc_id, namespace, kind, source, ordinal, text, heading, cell_id,
+            cell_index, line_start, line_end, content_hash, tags, importance, ?, ?, seq
+        FROM _nbm_new_chunks
+        """,
+        [now, now],
+    )
     vectors.put(db, ids, vecs)
     fts.add_delta(db, ids)
     return ids
-
-
-def with_table(db: Database, name: str, table: Any, sql: str, params: list[Any] | None = None) -> None:
-    """Run ``sql`` with the arrow ``table`` visible under ``name``."""
-    with db.lock:
-        db.con.register(name, table)
-        try:
-            db.con.execute(sql, params or [])
-        finally:
-            db.con.unregister(name)
 
 
 def write_documents(
@@ -169,7 +156,7 @@ def write_documents(
                 "UPDATE documents SET content_hash = t.content_hash, mtime = t.mtime, size = t.size, "
                 "kind = t.kind, indexed_at = ? FROM _nbm_docs t WHERE documents.id = t.id"
             )
-        with_table(db, "_nbm_docs", table, sql, [now])
+        db.with_arrow("_nbm_docs", table, sql, [now])
 
 
 def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
@@ -188,8 +175,7 @@ def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
             "line_end": pa.array([r.line_end for _, r in keep], pa.int32()),
         }
     )
-    with_table(
-        db,
+    db.with_arrow(
         "_nbm_pos",
         table,
         "UPDATE chunks SET ordinal = t.ordinal, cell_id = t.cell_id, cell_index = t.cell_index, "

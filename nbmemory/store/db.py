@@ -87,6 +87,15 @@ class Database:
         row = self.fetchone(sql, params)
         return None if row is None else row[0]
 
+    def with_arrow(self, name: str, table: Any, sql: str, params: list[Any] | None = None) -> None:
+        """Run ``sql`` with the arrow ``table`` visible under ``name`` (bulk writes without executemany)."""
+        with self.lock:
+            self.con.register(name, table)
+            try:
+                self.con.execute(sql, params or [])
+            finally:
+                self.con.unregister(name)
+
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """BEGIN/COMMIT around the block; ROLLBACK (and re-raise) on any error."""

@@ -130,12 +130,7 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
         }
     )
     db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
-    with db.lock:
-        db.con.register("_nbm_new_vectors", table)
-        try:
-            db.con.execute("INSERT INTO vectors SELECT chunk_id, vec FROM _nbm_new_vectors")
-        finally:
-            db.con.unregister("_nbm_new_vectors")
+    db.with_arrow("_nbm_new_vectors", table, "INSERT INTO vectors SELECT chunk_id, vec FROM _nbm_new_vectors")
 
 
 def get(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
