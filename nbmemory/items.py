@@ -100,7 +100,9 @@ class Hit:
 
     ``ranks`` maps each retriever (``"bm25"``, ``"vector"``) to the 1-based rank it gave this
     item, absent when that retriever did not return it; ``retriever_scores`` holds the raw
-    scores (BM25 score, cosine similarity).
+    scores (BM25 score, cosine similarity). ``similarity`` is the item's cosine similarity to
+    the query, and ``tier`` (``high``, ``medium``, ``low``, ``none``) how likely an item that close
+    is relevant, from thresholds derived for the active model (``none`` when there are none).
     """
 
     id: int
@@ -120,6 +122,8 @@ class Hit:
     updated_at: datetime | None = None
     ranks: dict[str, int] = field(default_factory=dict)
     retriever_scores: dict[str, float] = field(default_factory=dict)
+    similarity: float | None = None
+    tier: str = "none"
 
     @property
     def found_by(self) -> list[str]:

@@ -294,7 +294,10 @@ def test_memory_operations_update_link_related_and_counters(fake_mem: Memory) ->
     assert b.id in [h.id for h in fake_mem.related(a.id, k=3)]
     updated = fake_mem.update(a.id, text="old procedure (retired): restart by hand", importance=0.9)
     assert updated.importance == 0.9 and "retired" in updated.text
-    assert fake_mem.search("retired", k=1).ids == [a.id]
+    # Only the old item says "retired", but b supersedes it: b is shown first, a right below it.
+    found = fake_mem.search("retired", k=5)
+    assert found.ids.index(b.id) + 1 == found.ids.index(a.id)
+    assert "superseded by" in found.trace.stage("supersede").detail[a.id]
     fake_mem.get(a.id)
     row = fake_mem.db.fetchone("SELECT access_count, retrieval_count FROM chunks WHERE id = ?", [a.id])
     assert row is not None and row[0] == 1 and row[1] >= 1

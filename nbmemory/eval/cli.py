@@ -9,7 +9,10 @@ from typing import Any
 
 
 def _configs_help() -> str:
-    return "comma-separated configurations: bm25, vector, rrf, default, stage toggles, or all (default: bm25,vector,rrf,default)"
+    return (
+        "comma-separated configurations: bm25, vector, rrf, default, stage toggles, or all "
+        "(default: bm25,vector,rrf,default); tuned and tuned-vector need --tuned-model"
+    )
 
 
 def cmd_eval_beir(args: argparse.Namespace) -> int:
@@ -34,6 +37,7 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
                 cache=not args.no_cache,
                 torch_threads=args.torch_threads,
                 log=log,
+                tuned_model=args.tuned_model,
             )
         )
     table = results_table(results)
@@ -57,6 +61,8 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
         f"\nmodel {first.model} ({first.fingerprint}) on {first.device}; k={first.k}; "
         f"title={options.title}, chunking={options.chunking}; wall {time.perf_counter() - started:.1f} s"
     )
+    if first.tuned_model:
+        print(f"tuned configurations: model {first.tuned_model} ({first.tuned_fingerprint})")
     for res in results:
         store = res.store
         how = (
@@ -91,6 +97,95 @@ def cmd_eval_scenario(args: argparse.Namespace) -> int:
         write_json(result.to_dict(), args.json)
         print(f"wrote {args.json}")
     return 0
+
+
+def add_tune_beir_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``nbmemory eval tune-beir`` (also ``python -m bench.tune_beir``)."""
+    p.add_argument(
+        "--data", nargs="+", required=True, help="BEIR folders (the corpus is mined, never the queries)"
+    )
+    p.add_argument(
+        "--sources",
+        default="title",
+        help="query sources mined from the documents: title, first_sentence or title,first_sentence (default title)",
+    )
+    p.add_argument("--max-triples", type=int, default=2048, help="triples trained on (default 2048)")
+    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
+    p.add_argument("--batch-size", type=int, default=32, help="triples per step (default 32)")
+    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
+    p.add_argument(
+        "--max-seq-length", type=int, help="word pieces per text (default 128 on CPU, 256 on CUDA)"
+    )
+    p.add_argument("--seed", type=int, default=42, help="seed for sampling and training (default 42)")
+    p.add_argument("--model", dest="eval_model", help="base model (default: the bundled all-MiniLM-L6-v2)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    p.add_argument(
+        "--output", help="folder for the tuned model (one dataset only; default under the eval cache)"
+    )
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--limit-queries", type=int, help="evaluate only the first N judged queries")
+    p.add_argument("--limit-docs", type=int, help="index at most N documents (the judged ones first)")
+
+
+def cmd_eval_tune_beir(args: argparse.Namespace) -> int:
+    from nbmemory.errors import ConfigError
+    from nbmemory.eval.report import to_markdown, write_json
+    from nbmemory.tune.beir import tune_beir
+    from nbmemory.tune.train import TrainConfig
+
+    if args.output and len(args.data) > 1:
+        raise ConfigError("--output names one model folder: give one --data folder with it")
+    log = None if getattr(args, "quiet", False) else _log
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
+    results = []
+    for path in args.data:
+        config = TrainConfig(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=args.lr,
+            max_seq_length=args.max_seq_length,
+            seed=args.seed,
+            device=args.device,
+        )
+        results.append(
+            tune_beir(
+                path,
+                sources=sources,
+                max_triples=args.max_triples,
+                train=config,
+                model=args.eval_model,
+                device=args.device,
+                output=args.output,
+                seed=args.seed,
+                limit_queries=args.limit_queries,
+                limit_docs=args.limit_docs,
+                log=log,
+            )
+        )
+    import polars as pl
+
+    print(to_markdown(pl.DataFrame([row for r in results for row in r.rows()]), float_digits=4))
+    for r in results:
+        m, t = r.mining, r.training
+        print(
+            f"{r.dataset}: sources {','.join(r.sources)}; {m.queries} queries mined, "
+            f"{m.disagreement_rate:.1%} disagree, {len(m.triples)} triples; trained {t.steps} steps "
+            f"({t.triples} triples, seq {t.max_seq_length}) on {t.device} in {t.seconds:.0f} s; "
+            f"total {r.wall_s:.0f} s; model {r.model_path}"
+        )
+        print(f"  gate: {r.gate.reason}")
+    if args.json:
+        write_json({"results": [r.to_dict() for r in results]}, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main_tune_beir(argv: list[str]) -> int:
+    """``python -m bench.tune_beir ...``: the same as ``nbmemory eval tune-beir``."""
+    parser = argparse.ArgumentParser(prog="bench.tune_beir", description=__doc__)
+    add_tune_beir_arguments(parser)
+    args = parser.parse_args(argv)
+    return cmd_eval_tune_beir(args)
 
 
 def _log(message: str) -> None:
@@ -147,7 +242,19 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-cache", action="store_true", help="neither read nor write cached vectors and stores")
     p.add_argument("--no-per-query", action="store_true", help="leave per-query metrics out of --json")
+    p.add_argument(
+        "--tuned-model",
+        help="model folder for the tuned and tuned-vector configurations (written by `nbmemory tune`)",
+    )
     p.set_defaults(fn=cmd_eval_beir)
+
+    text = (
+        "mine triples from BEIR documents only, fine-tune, and print untuned vs tuned NDCG@10 "
+        "on the judged test queries"
+    )
+    p = inner.add_parser("tune-beir", help=text, description=text)
+    add_tune_beir_arguments(p)
+    p.set_defaults(fn=cmd_eval_tune_beir)
 
     text = "the memory scenario benchmark: Hit@1/3/5, MRR, topic coverage, Miss-Empty, with 95% intervals"
     p = inner.add_parser("scenario", help=text, description=text)

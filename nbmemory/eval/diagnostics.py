@@ -28,6 +28,7 @@ import polars as pl
 
 from nbmemory.eval.cache import cache_root
 from nbmemory.eval.scenario import wilson
+from nbmemory.search.reject import bundled_thresholds_path, load_thresholds, thresholds_path  # noqa: F401
 
 RANK_BUCKETS: tuple[tuple[int, int], ...] = (
     (1, 1),
@@ -319,10 +320,12 @@ def rejection_levels(
 ) -> dict[str, Any]:
     """No-answer rejection levels from the scenario benchmark's answerable and miss questions.
 
-    A question would be rejected when its best vector similarity **and** its best BM25 score are
-    both below their levels (weak keyword and weak vector signal, MemX's R1). Each level is the
-    ``false_rejection`` quantile of the answerable questions, so alone it rejects about that share
-    of answerable questions.
+    A question would be rejected when its best vector similarity **and** its lexical evidence
+    (the share of the query's IDF mass its best BM25 match covers, see
+    :mod:`nbmemory.search.adaptive`) are both below their levels (weak keyword and weak vector
+    signal, MemX's R1). Each level is the ``false_rejection`` quantile of the answerable
+    questions, so alone it rejects about that share of answerable questions. The evidence is a
+    share, not a raw BM25 score, so its level does not depend on the size of the corpus.
 
     Parameters
     ----------
@@ -335,29 +338,28 @@ def rejection_levels(
     answerable = part.filter(pl.col("kind") != "miss")
     misses = part.filter(pl.col("kind") == "miss")
     vec = answerable["top_vector_sim"].drop_nulls().to_numpy()
-    bm25 = answerable["top_bm25_score"].fill_null(0.0).to_numpy()
+    evidence = answerable["lexical_evidence"].fill_null(0.0).to_numpy()
     if not len(vec):
-        return {"config": config, "vector_sim_below": None, "bm25_score_below": None}
+        return {"config": config, "vector_sim_below": None, "evidence_below": None}
     vec_level = float(np.quantile(vec, false_rejection))
-    bm25_level = float(np.quantile(bm25, false_rejection))
+    evidence_level = float(np.quantile(evidence, false_rejection))
 
     def rejected(frame: pl.DataFrame) -> float:
         if frame.height == 0:
             return 0.0
         v = frame["top_vector_sim"].fill_null(-1.0).to_numpy()
-        b = frame["top_bm25_score"].fill_null(0.0).to_numpy()
-        return float(((v < vec_level) & (b < bm25_level)).mean())
+        e = frame["lexical_evidence"].fill_null(0.0).to_numpy()
+        return float(((v < vec_level) & (e < evidence_level)).mean())
 
     return {
         "config": config,
         "false_rejection_target": false_rejection,
         "vector_sim_below": round(vec_level, 4),
-        "bm25_score_below": round(bm25_level, 4),
+        "evidence_below": round(evidence_level, 4),
         "answerable_rejected": round(rejected(answerable), 4),
         "misses_rejected": round(rejected(misses), 4),
         "answerable": answerable.height,
         "misses": misses.height,
-        "note": "BM25 scores depend on the corpus: the level holds for a personal memory like the scenario's",
     }
 
 
@@ -392,36 +394,9 @@ def derive_thresholds(
     return payload
 
 
-def thresholds_path(fingerprint: str) -> Path:
-    """Where thresholds for a model live: ``<eval cache>/thresholds/<fingerprint>.json``."""
-    return cache_root() / "thresholds" / f"{fingerprint}.json"
-
-
 def save_thresholds(payload: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -> Path:
     """Write thresholds JSON (default :func:`thresholds_path` of the payload's fingerprint)."""
     target = Path(path) if path is not None else thresholds_path(str(payload["fingerprint"]))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return target
-
-
-def bundled_thresholds_path(fingerprint: str) -> Path:
-    """Thresholds shipped with nbmemory for a model: ``nbmemory/eval/thresholds/<fingerprint>.json``."""
-    return Path(__file__).resolve().parent / "thresholds" / f"{fingerprint}.json"
-
-
-def load_thresholds(fingerprint: str, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
-    """Thresholds for a model fingerprint: ``path``, else the user's own (eval cache), else the shipped ones.
-
-    Returns None when none were derived for this model.
-    """
-    candidates = (
-        [Path(path)]
-        if path is not None
-        else [thresholds_path(fingerprint), bundled_thresholds_path(fingerprint)]
-    )
-    for target in candidates:
-        if target.exists():
-            data: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
-            return data
-    return None

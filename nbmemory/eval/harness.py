@@ -60,12 +60,34 @@ _CORE_FIELDS = {"retrievers", "depth", "rrf_k", "weights"}
 _NAMESPACE = "eval"
 
 
+#: Configurations run on a second store embedded with a tuned model (``tuned_model=``).
+TUNED_CONFIG_NAMES = ("tuned", "tuned-vector")
+
+
+def tuned_configs() -> dict[str, PipelineConfig]:
+    """``tuned``: the default pipeline, ``tuned-vector``: vector alone; both with the tuned model."""
+    return {"tuned": PipelineConfig(), "tuned-vector": PipelineConfig(retrievers=("vector",))}
+
+
+def split_tuned(
+    configs: str | Sequence[str] | Mapping[str, PipelineConfig] | None,
+) -> tuple[str | Sequence[str] | Mapping[str, PipelineConfig] | None, list[str]]:
+    """``configs`` without the tuned names, and the tuned names asked for (in order)."""
+    if configs is None or isinstance(configs, Mapping):
+        return configs, []
+    names = [c.strip() for c in configs.split(",")] if isinstance(configs, str) else list(configs)
+    tuned = [n for n in names if n in TUNED_CONFIG_NAMES]
+    rest = [n for n in names if n and n not in TUNED_CONFIG_NAMES]
+    return (rest if rest else ([] if tuned else None)), tuned
+
+
 def base_configs() -> dict[str, PipelineConfig]:
-    """``bm25`` and ``vector`` alone, ``rrf`` (both, equal weights, k=60), ``default``."""
+    """``bm25`` and ``vector`` alone and ``rrf`` (both, equal weights, k=60), every optional
+    stage off; ``default``: the pipeline as a user gets it."""
     return {
-        "bm25": PipelineConfig(retrievers=("bm25",)),
-        "vector": PipelineConfig(retrievers=("vector",)),
-        "rrf": PipelineConfig(retrievers=("bm25", "vector"), rrf_k=60, weights={"bm25": 1.0, "vector": 1.0}),
+        "bm25": PipelineConfig.plain(retrievers=("bm25",)),
+        "vector": PipelineConfig.plain(retrievers=("vector",)),
+        "rrf": PipelineConfig.plain(rrf_k=60, weights={"bm25": 1.0, "vector": 1.0}),
         "default": PipelineConfig(),
     }
 
@@ -240,6 +262,8 @@ class BeirResult:
     wall_s: float
     limits: dict[str, int | None] = field(default_factory=dict)
     qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    tuned_model: str | None = None
+    tuned_fingerprint: str | None = None
 
     def table(self) -> pl.DataFrame:
         """One row per configuration: metrics and latency."""
@@ -517,6 +541,8 @@ def evaluate_beir(
     keep_hits: bool = True,
     torch_threads: int | None = None,
     log: LogFn | None = _stderr,
+    tuned_model: str | None = None,
+    tuned_embedder: Embedder | None = None,
 ) -> BeirResult:
     """Evaluate search configurations on a BEIR collection.
 
@@ -548,6 +574,10 @@ def evaluate_beir(
         single query embedding many times slower; 1 keeps latency figures meaningful.
     log:
         Progress lines (default: stderr); ``None`` for silence.
+    tuned_model, tuned_embedder:
+        The model the ``tuned`` and ``tuned-vector`` configurations use (a folder written by
+        ``nbmemory tune`` or :func:`nbmemory.tune.train.train_model`): they run on a second
+        store embedded with it, so they compare with ``default`` and ``vector`` one to one.
 
     Returns
     -------
@@ -556,7 +586,13 @@ def evaluate_beir(
     started = time.perf_counter()
     if k <= 0:
         raise ConfigError(f"k must be greater than 0, got {k}")
-    named = resolve_configs(configs)
+    base_names, tuned_names = split_tuned(configs)
+    named = resolve_configs(base_names) if base_names != [] else {}
+    if tuned_names and tuned_model is None and tuned_embedder is None:
+        raise ConfigError(
+            f"configuration {tuned_names[0]!r} needs a tuned model: pass --tuned-model PATH "
+            "(a model folder written by `nbmemory tune`)"
+        )
     set_torch_threads(torch_threads)
     dataset = data if isinstance(data, BeirDataset) else load(data, "test", limit_queries, limit_docs)
     if log:
@@ -564,33 +600,26 @@ def evaluate_beir(
     inner = embedder or make_embedder(model, device)
     wrapped: Embedder = CachedEmbedder(inner, dataset.name, log=log) if cache else inner
     workdir = None if cache else Path(tempfile.mkdtemp(prefix="nbmemory-eval-"))
+    tuned_inner: Embedder | None = None
     try:
-        info = prepare_store(dataset, wrapped, options, cache=cache, workdir=workdir, log=log)
         runs: dict[str, ConfigRun] = {}
-        with Memory(info.path, embedder=wrapped, namespace=_NAMESPACE) as mem:
-            # An untimed pass over every query with both retrievers loads the index pages they
-            # touch, so the first configuration timed is not charged for a cold store.
-            warm = PipelineConfig(retrievers=("bm25", "vector"))
-            for text in dataset.queries.values():
-                mem.search(text, k=k, config=warm, log=False)
-            for name, config in named.items():
-                t0 = time.perf_counter()
-                runs[name] = run_config(
-                    mem,
-                    name,
-                    config,
-                    dataset.queries,
-                    dataset.qrels,
-                    k=k,
-                    chunked=options.chunking == "maxp",
-                    keep_hits=keep_hits,
-                )
-                if log:
-                    lat = runs[name].latency()
-                    log(
-                        f"{dataset.name} {name}: ndcg@10 {runs[name].overall['ndcg@10']:.4f} "
-                        f"p50 {lat['p50_ms']:.1f} ms ({time.perf_counter() - t0:.1f} s)"
-                    )
+        info: StoreInfo | None = None
+        if named:
+            info = prepare_store(dataset, wrapped, options, cache=cache, workdir=workdir, log=log)
+            runs.update(_run_named(info.path, wrapped, dataset, named, k, options, keep_hits, log))
+        if tuned_names:
+            tuned_inner = tuned_embedder or make_embedder(tuned_model, device)
+            tuned_wrapped = CachedEmbedder(tuned_inner, dataset.name, log=log) if cache else tuned_inner
+            tuned_dir = None if workdir is None else workdir / "tuned"
+            tuned_info = prepare_store(
+                dataset, tuned_wrapped, options, cache=cache, workdir=tuned_dir, log=log
+            )
+            wanted = {n: tuned_configs()[n] for n in tuned_names}
+            runs.update(
+                _run_named(tuned_info.path, tuned_wrapped, dataset, wanted, k, options, keep_hits, log)
+            )
+            info = info or tuned_info
+        assert info is not None  # named or tuned_names is non-empty
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -607,7 +636,47 @@ def evaluate_beir(
         wall_s=time.perf_counter() - started,
         limits=dict(dataset.limits),
         qrels=dataset.qrels,
+        tuned_model=None if tuned_inner is None else tuned_inner.name,
+        tuned_fingerprint=None if tuned_inner is None else tuned_inner.fingerprint,
     )
+
+
+def _run_named(
+    path: Path,
+    embedder: Embedder,
+    dataset: BeirDataset,
+    named: Mapping[str, PipelineConfig],
+    k: int,
+    options: IndexOptions,
+    keep_hits: bool,
+    log: LogFn | None,
+) -> dict[str, ConfigRun]:
+    runs: dict[str, ConfigRun] = {}
+    with Memory(path, embedder=embedder, namespace=_NAMESPACE) as mem:
+        # An untimed pass over every query with both retrievers loads the index pages they
+        # touch, so the first configuration timed is not charged for a cold store.
+        warm = PipelineConfig(retrievers=("bm25", "vector"))
+        for text in dataset.queries.values():
+            mem.search(text, k=k, config=warm, log=False)
+        for name, config in named.items():
+            t0 = time.perf_counter()
+            runs[name] = run_config(
+                mem,
+                name,
+                config,
+                dataset.queries,
+                dataset.qrels,
+                k=k,
+                chunked=options.chunking == "maxp",
+                keep_hits=keep_hits,
+            )
+            if log:
+                lat = runs[name].latency()
+                log(
+                    f"{dataset.name} {name}: ndcg@10 {runs[name].overall['ndcg@10']:.4f} "
+                    f"p50 {lat['p50_ms']:.1f} ms ({time.perf_counter() - t0:.1f} s)"
+                )
+    return runs
 
 
 def evaluate_many(

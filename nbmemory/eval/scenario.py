@@ -16,7 +16,13 @@ Query kinds and how they are scored (``k`` = 10 results):
 * ``paraphrase``: the fact asked about in other words;
 * ``procedure``: "how do I ..." for a runbook;
 * ``multi-topic``: two questions in one; **coverage** is the share of its topics in the top 5;
-* ``miss``: nothing in the memory answers it; correct only when the result is **empty**.
+* ``miss``: nothing in the memory answers it; correct only when the result is **empty**;
+* ``updated``: a fact that changed (a service's staging host, alert channel, on-call owner,
+  pinned version, deploy window): an old note (200-400 days old) and a current one (1-60
+  days old) written with the same templates; only the current one counts as an answer. For
+  half of these topics the user linked the new note to the old (``supersedes``); for the other
+  half only the items' age tells them apart. Every other item gets a random age of 1-400 days,
+  so a recency stage also shows its cost on questions where age says nothing.
 
 A hit is any variant of a target topic. Reported per kind: Hit@1/3/5, MRR (first relevant rank
 within the top 10), coverage, Miss-Empty rate, each with a 95 % Wilson interval.
@@ -41,7 +47,7 @@ from nbmemory.search.pipeline import PipelineConfig
 if TYPE_CHECKING:
     import polars as pl
 
-KINDS = ("keyword-exact", "paraphrase", "procedure", "multi-topic", "miss")
+KINDS = ("keyword-exact", "paraphrase", "procedure", "multi-topic", "miss", "updated")
 Z95 = 1.959963984540054
 
 # -- the world ---------------------------------------------------------------------------------
@@ -247,6 +253,8 @@ class MemoryItem:
     variant: int
     category: str
     text: str
+    age_days: float = 0.0
+    supersedes: str | None = None
 
     @property
     def source(self) -> str:
@@ -453,7 +461,59 @@ def generate(seed: int = 7, variants: int = 3, queries_per_kind: int = 40) -> Sc
             number += 1
 
     queries = _queries(asks, rng, queries_per_kind)
-    return Scenario(seed=seed, items=items, queries=queries)
+    # Time comes last, from its own generator, so the rest of the scenario is the same with or
+    # without it.
+    timeline = random.Random(seed * 7919 + 1)
+    items = [
+        MemoryItem(i.topic, i.variant, i.category, i.text, age_days=timeline.uniform(1, 400)) for i in items
+    ]
+    updated_items, updated_queries = _updated_facts(timeline, variants)
+    return Scenario(seed=seed, items=items + updated_items, queries=queries + updated_queries)
+
+
+def _updated_facts(rng: random.Random, variants: int, n: int = 24) -> tuple[list[MemoryItem], list[ScenarioQuery]]:
+    """Facts stated twice, months apart, with different values; the newer one is the answer."""
+    people = ["Priya", "Marek", "Aiko", "Tomás", "Lena", "Kwame", "Sofia", "Jonas", "Mei", "Ravi"]
+    days = ["Monday", "Tuesday", "Wednesday", "Thursday"]
+    facts: list[tuple[str, str, Callable[[], str]]] = [
+        ("the staging database is on {value}", "where does the {service} staging database live?",
+         lambda: f"db-stg-{rng.randint(10, 99)}.internal"),
+        ("alerts go to the {value} channel", "which chat channel gets {service} alerts?",
+         lambda: f"#alerts-{rng.choice(['core', 'platform', 'sre', 'data', 'edge', 'payments'])}-{rng.randint(1, 9)}"),
+        ("the on-call owner is {value}", "who is on call for {service}?", lambda: rng.choice(people)),
+        ("the client library is pinned to {value}", "which client library version does {service} pin?",
+         lambda: f"v{rng.randint(1, 4)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}"),
+        ("deploys are allowed on {value}", "when am I allowed to deploy {service}?",
+         lambda: f"{rng.choice(days)} after {rng.randint(9, 16)}:00"),
+    ]
+    templates = ["{service}: {fact}.", "Note on {service}: {fact}.", "For the {service} service, {fact}."]
+    combos = rng.sample([(svc, f) for svc in sorted(SERVICES) for f in range(len(facts))], n)
+    items: list[MemoryItem] = []
+    queries: list[ScenarioQuery] = []
+    for number, (service, f) in enumerate(combos):
+        sentence, ask, value = facts[f]
+        old_value = value()
+        new_value = value()
+        while new_value == old_value:
+            new_value = value()
+        topic = f"upd-{number:02d}"
+        linked = number % 2 == 0
+        for version, val, low, high in (("old", old_value, 200, 400), ("new", new_value, 1, 60)):
+            fact = sentence.format(value=val)
+            name = f"{topic}-old" if version == "old" else topic
+            for v in range(variants):
+                items.append(
+                    MemoryItem(
+                        name,
+                        v,
+                        "updated",
+                        templates[v % len(templates)].format(service=service, fact=fact),
+                        age_days=rng.uniform(low, high),
+                        supersedes=f"{topic}-old" if version == "new" and linked else None,
+                    )
+                )
+        queries.append(ScenarioQuery(f"up-{number:03d}", "updated", ask.format(service=service), (topic,)))
+    return items, queries
 
 
 def _queries(asks: dict[str, dict[str, str]], rng: random.Random, per_kind: int) -> list[ScenarioQuery]:
@@ -537,6 +597,7 @@ class QueryOutcome:
     latency_ms: float
     top_vector_sim: float | None = None
     top_bm25_score: float | None = None
+    lexical_evidence: float | None = None
 
     @property
     def first_rank(self) -> int | None:
@@ -632,6 +693,7 @@ class ScenarioResult:
                 "targets": len(o.targets),
                 "top_vector_sim": o.top_vector_sim,
                 "top_bm25_score": o.top_bm25_score,
+                "lexical_evidence": o.lexical_evidence,
                 "latency_ms": o.latency_ms,
             }
             for config, outcomes in self.outcomes.items()
@@ -643,6 +705,7 @@ class ScenarioResult:
                 "first_rank": pl.Int64,
                 "top_vector_sim": pl.Float64,
                 "top_bm25_score": pl.Float64,
+                "lexical_evidence": pl.Float64,
             },
         )
 
@@ -663,6 +726,29 @@ class ScenarioResult:
             "build_s": round(self.build_s, 2),
             "wall_s": round(self.wall_s, 2),
         }
+
+
+def _apply_timeline(mem: Any, scenario: Scenario, ids: Sequence[int]) -> None:
+    """Back-date every item by its age and record the ``supersedes`` links."""
+    from datetime import timedelta
+
+    import pyarrow as pa
+
+    from nbmemory.store.db import utcnow
+
+    now = utcnow()
+    when = [now - timedelta(days=item.age_days) for item in scenario.items]
+    table = pa.table({"id": pa.array(list(ids), pa.int64()), "at": pa.array(when, pa.timestamp("us"))})
+    with mem.db.transaction():
+        mem.db.with_arrow(
+            "_nbm_ages", table, "UPDATE chunks SET created_at = t.at, updated_at = t.at FROM _nbm_ages t WHERE chunks.id = t.id"
+        )
+    by_topic: dict[str, list[int]] = {}
+    for item, item_id in zip(scenario.items, ids, strict=True):
+        by_topic.setdefault(item.topic, []).append(int(item_id))
+    for item, item_id in zip(scenario.items, ids, strict=True):
+        for old in by_topic.get(item.supersedes or "", []):
+            mem.link(int(item_id), old, "supersedes")
 
 
 def evaluate_scenario(
@@ -714,11 +800,12 @@ def evaluate_scenario(
     with tempfile.TemporaryDirectory(prefix="nbmemory-scenario-") as tmp:
         t0 = time.perf_counter()
         with Memory(Path(tmp) / "scenario.duckdb", embedder=wrapped, namespace="scenario") as mem:
-            mem.remember_many(
+            ids = mem.remember_many(
                 [item.text for item in scenario.items],
                 sources=[item.source for item in scenario.items],
                 namespace="scenario",
             )
+            _apply_timeline(mem, scenario, ids)
             build_s = time.perf_counter() - t0
             if log:
                 log(f"stored {len(scenario.items)} items in {build_s:.1f} s")
@@ -732,6 +819,8 @@ def evaluate_scenario(
                     topics = [(hit.source or "").split("#")[0] for hit in found.hits]
                     vector = found.trace.stage("vector")
                     bm25 = found.trace.stage("bm25")
+                    fused = found.trace.stage("rrf")
+                    evidence = fused.notes.get("evidence") if fused else None
                     results.append(
                         QueryOutcome(
                             query.id,
@@ -741,6 +830,7 @@ def evaluate_scenario(
                             ms,
                             top_vector_sim=max(vector.scores.values()) if vector and vector.scores else None,
                             top_bm25_score=max(bm25.scores.values()) if bm25 and bm25.scores else None,
+                            lexical_evidence=evidence,
                         )
                     )
                 outcomes[name] = results

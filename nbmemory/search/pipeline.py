@@ -5,9 +5,11 @@ Each stage is a named step that records its output into a :class:`Trace`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,11 +18,18 @@ import numpy as np
 
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
+from nbmemory.search import adaptive, decay
+from nbmemory.search import dedup as dedup_mod
+from nbmemory.search import mmr as mmr_mod
+from nbmemory.search import reject as reject_mod
+from nbmemory.search import rerank as rerank_mod
+from nbmemory.search import supersede as supersede_mod
+from nbmemory.search.adaptive import QueryEvidence
 from nbmemory.search.filters import Filters
 from nbmemory.search.fusion import rrf
 from nbmemory.search.trace import Stage, Trace
 from nbmemory.store import fts, vectors
-from nbmemory.store.db import Database
+from nbmemory.store.db import Database, utcnow
 
 if TYPE_CHECKING:
     import polars as pl
@@ -34,7 +43,11 @@ MAX_QUERY_CHARS = 4000
 
 @dataclass
 class PipelineConfig:
-    """Knobs of the search pipeline.
+    """Knobs of the search pipeline. Every boolean is one stage, on or off.
+
+    Stages run in this order: retrieval (``retrievers``), fusion (RRF; ``adaptive`` weights),
+    ``reranker`` (gated cross-encoder), ``recency``, ``supersede``, ``dedup``, ``mmr``, the
+    cut to ``k``, ``reject`` and the relevance tiers. Why that order: see README "Search pipeline".
 
     Parameters
     ----------
@@ -45,13 +58,52 @@ class PipelineConfig:
     rrf_k:
         RRF constant.
     weights:
-        Per-retriever RRF weights.
+        Per-retriever RRF weights when ``adaptive`` is off.
+    adaptive:
+        Per-query weights from the lexical evidence (:mod:`nbmemory.search.adaptive`).
+    adaptive_strength:
+        How far adaptive weights may move from 1 (0.8: from 1.8/0.2 to 0.2/1.8).
+    reranker:
+        A sentence-transformers CrossEncoder name or folder; ``None`` turns reranking off.
+    rerank_depth:
+        Fused candidates the cross-encoder scores when the gate lets it run.
+    rerank_gate:
+        The gate: the cross-encoder runs only when the fused top is ambiguous (the top score
+        leads the next four by at most this share, and the retrievers disagree on #1);
+        ``None`` runs it on every query.
+    recency:
+        Multiply fused scores by a bounded recency/importance/frequency factor.
+    half_life_days, recency_weight:
+        Decay half-life, and the factor's range ``[1 - w, 1 + w]``.
+    supersede:
+        An item another item supersedes (a ``supersedes`` link) ranks right below it, or at
+        the end when the newer one is not among the results.
+    dedup:
+        Collapse exact and near-duplicate results (cosine >= ``dedup_threshold``).
+    mmr:
+        Maximal Marginal Relevance with ``mmr_lambda`` (1.0 = relevance only).
+    reject:
+        Return nothing when both the keyword and the vector signal are weak (per-model levels).
     """
 
     retrievers: tuple[str, ...] = RETRIEVERS
     depth: int | None = None
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
+    adaptive: bool = True
+    adaptive_strength: float = 0.8
+    reranker: str | None = None
+    rerank_depth: int = 20
+    rerank_gate: float | None = 0.15
+    recency: bool = False
+    half_life_days: float = 30.0
+    recency_weight: float = 0.2
+    supersede: bool = True
+    dedup: bool = True
+    dedup_threshold: float = 0.95
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+    reject: bool = True
 
     def __post_init__(self) -> None:
         if not self.retrievers:
@@ -63,6 +115,24 @@ class PipelineConfig:
             raise ConfigError(f"depth must be greater than 0, got {self.depth}")
         if self.rrf_k <= 0:
             raise ConfigError(f"rrf_k must be greater than 0, got {self.rrf_k}")
+        if not 0.0 <= self.adaptive_strength < 1.0:
+            raise ConfigError(f"adaptive_strength must be in [0, 1), got {self.adaptive_strength}")
+        if self.rerank_depth <= 1:
+            raise ConfigError(f"rerank_depth must be at least 2, got {self.rerank_depth}")
+        if self.half_life_days <= 0:
+            raise ConfigError(f"half_life_days must be greater than 0, got {self.half_life_days}")
+        if not 0.0 <= self.recency_weight < 1.0:
+            raise ConfigError(f"recency_weight must be in [0, 1), got {self.recency_weight}")
+        if not 0.0 < self.dedup_threshold <= 1.0:
+            raise ConfigError(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
+        if not 0.0 <= self.mmr_lambda <= 1.0:
+            raise ConfigError(f"mmr_lambda must be between 0 and 1, got {self.mmr_lambda}")
+
+    @classmethod
+    def plain(cls, retrievers: tuple[str, ...] = RETRIEVERS, **changes: Any) -> PipelineConfig:
+        """Retrieval and equal-weight RRF only: every optional stage off (the evaluation baselines)."""
+        off = {f.name: False for f in dataclasses.fields(cls) if isinstance(f.default, bool)}
+        return cls(retrievers=retrievers, **{**off, **changes})
 
 
 @dataclass
@@ -72,6 +142,8 @@ class SearchResult:
     query: str
     hits: list[Hit]
     trace: Trace
+    rejected: bool = False
+    reason: str = ""
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.hits)
@@ -152,6 +224,66 @@ def _timed_embed(embedder: Embedder, query: str) -> tuple[np.ndarray, float]:
     return vec, (time.perf_counter() - t0) * 1000
 
 
+class _Pool:
+    """The fused candidates' stored data, fetched once and only when a stage asks for it."""
+
+    def __init__(self, db: Database, ids: list[int], qvec: np.ndarray | None) -> None:
+        self.db = db
+        self.ids = ids
+        self.qvec = qvec
+        self._vectors: dict[int, np.ndarray] | None = None
+        self._rows: dict[int, tuple[Any, ...]] | None = None
+
+    def vectors(self) -> dict[int, np.ndarray]:
+        """Candidate -> unit-length embedding."""
+        if self._vectors is None:
+            raw = vectors.get_many(self.db, self.ids)
+            self._vectors = {}
+            for i, v in raw.items():
+                norm = float(np.linalg.norm(v))
+                self._vectors[i] = v / norm if norm > 0 else v
+        return self._vectors
+
+    def similarities(self, ids: list[int]) -> dict[int, float]:
+        """Exact cosine similarity of each id to the query (ids outside the pool are fetched)."""
+        if self.qvec is None:
+            return {}
+        have = self.vectors()
+        missing = [i for i in ids if i not in have]
+        extra = vectors.get_many(self.db, missing) if missing else {}
+        q = self.qvec / (float(np.linalg.norm(self.qvec)) or 1.0)
+        out = {}
+        for i in ids:
+            v = have.get(i)
+            if v is None and i in extra:
+                v = extra[i] / (float(np.linalg.norm(extra[i])) or 1.0)
+            if v is not None:
+                out[i] = float(v @ q)
+        return out
+
+    def _fetch(self) -> dict[int, tuple[Any, ...]]:
+        if self._rows is None:
+            rows = self.db.fetchall(
+                "SELECT id, created_at, last_retrieved_at, importance, retrieval_count, "
+                "pinned FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                [self.ids],
+            )
+            self._rows = {int(r[0]): r for r in rows}
+        return self._rows
+
+    def meta(self) -> dict[int, decay.ItemSignals]:
+        return {
+            i: decay.ItemSignals(r[1], r[2], float(r[3]), int(r[4]), bool(r[5]))
+            for i, r in self._fetch().items()
+        }
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        rows = self.db.fetchall(
+            "SELECT id, heading, text FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids]
+        )
+        return {int(i): (f"{h}\n{t}" if h else str(t)) for i, h, t in rows}
+
+
 class SearchPipeline:
     """Runs one hybrid search over a :class:`Database` with an :class:`Embedder`."""
 
@@ -173,6 +305,7 @@ class SearchPipeline:
         where, params = filters.sql()
         rankings: dict[str, list[int]] = {}
         raw: dict[str, dict[int, float]] = {}
+        qvec: np.ndarray | None = None
 
         # With cores to spare the query embedding (torch, outside the GIL) runs while BM25 runs
         # in DuckDB; on 2 cores the two slow each other down (measured: 13 ms -> 23-33 ms).
@@ -212,27 +345,223 @@ class SearchPipeline:
             rankings["vector"] = stage.output
             raw["vector"] = sims
 
-        t0 = time.perf_counter()
-        fused = rrf(rankings, k=config.rrf_k, weights=config.weights)[:k]
-        stage = trace.add(Stage("rrf", [i for i, _ in fused], dict(fused)))
-        stage.notes = {"k": config.rrf_k, "weights": dict(config.weights)}
         ranks = {name: {doc: r for r, doc in enumerate(ids, start=1)} for name, ids in rankings.items()}
+        t0 = time.perf_counter()
+        evidence = self._evidence(query, trace, raw.get("bm25"))
+        weights = dict(config.weights)
+        ks: dict[str, float] = {}
+        stage = Stage("rrf")
+        if evidence is not None and config.adaptive and len(rankings) > 1:
+            weights = evidence.weights
+            # A trusted retriever's ranks are also sharper: its constant shrinks with its weight.
+            ks = {n: config.rrf_k / w for n, w in weights.items()}
+            stage.notes = {
+                "weights": {n: round(w, 3) for n, w in weights.items()},
+                "ks": {n: round(kr, 1) for n, kr in ks.items()},
+                "evidence": round(evidence.evidence, 3),
+                "why": evidence.reason,
+            }
+        else:
+            stage.notes = {"weights": weights}
+            if evidence is not None:
+                stage.notes["evidence"] = round(evidence.evidence, 3)
+        stage.notes["k"] = config.rrf_k
+        fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)
+        # Later stages reorder and drop: they work on a pool deeper than k.
+        fused = fused[: max(k + 20, 2 * k, config.rerank_depth if config.reranker else 0)]
+        stage.output = [i for i, _ in fused]
+        stage.scores = dict(fused)
         stage.detail = {
             doc: ", ".join(
                 f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -" for name in rankings
             )
-            for doc in stage.output
+            for doc in stage.output[:k]
         }
         stage.ms = (time.perf_counter() - t0) * 1000
+        trace.add(stage)
+
+        pool = _Pool(self.db, stage.output, qvec)
+        order = list(fused)
+        if config.reranker:
+            order = self._rerank(query, order, rankings, pool, trace)
+        if config.recency:
+            order = self._recency(order, pool, trace)
+        if config.supersede:
+            order = self._supersede(order, trace)
+        if config.dedup:
+            order = self._dedup(order, pool, trace)
+        if config.mmr:
+            order = self._mmr(order, pool, k, trace)
+        order = order[:k]
+
+        rejected, reason = False, ""
+        if config.reject and evidence is not None and "vector" in rankings:
+            rejected, reason = self._reject(order, raw.get("vector", {}), evidence.evidence, trace)
 
         t0 = time.perf_counter()
-        hits = self._hydrate(fused, query, ranks, raw)
+        hits = [] if rejected else self._hydrate(order, query, ranks, raw)
+        thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
+        if hits and pool.qvec is not None:
+            sims = pool.similarities([h.id for h in hits])
+            for h in hits:
+                h.similarity = sims.get(h.id)
+                if thresholds is not None:
+                    h.tier = thresholds.tier(None if h.similarity is None else 1.0 - h.similarity)
         trace.add(Stage("hydrate", [h.id for h in hits], ms=(time.perf_counter() - t0) * 1000))
-        return SearchResult(query, hits, trace)
+        return SearchResult(query, hits, trace, rejected=rejected, reason=reason)
+
+    # -- stages ---------------------------------------------------------------------------------
+    def _evidence(self, query: str, trace: Trace, bm25: dict[int, float] | None) -> QueryEvidence | None:
+        """Lexical evidence and adaptive weights; None when BM25 did not run."""
+        stage = trace.stage("bm25")
+        if stage is None or bm25 is None:
+            return None
+        terms: list[str] = stage.notes.get("terms", [])
+        idf, unseen = fts.idfs(self.db, terms) if terms else ({}, 0.0)
+        term_of = {name: fts.query_terms(self.db, name) for name in adaptive.identifiers(query)}
+        top = stage.output[:5]
+        holds = fts.matched_terms(self.db, terms, top)
+        return adaptive.fusion_weights(
+            query,
+            idf,
+            unseen,
+            [holds.get(i, set()) for i in top],
+            term_of,
+            strength=self.config.adaptive_strength,
+        )
+
+    def _rerank(
+        self,
+        query: str,
+        order: list[tuple[int, float]],
+        rankings: dict[str, list[int]],
+        pool: _Pool,
+        trace: Trace,
+    ) -> list[tuple[int, float]]:
+        config = self.config
+        t0 = time.perf_counter()
+        firsts = {name: (ids[0] if ids else None) for name, ids in rankings.items()}
+        stage = Stage("rerank", compare_to=trace.stages[-1].name)
+        decision = (
+            rerank_mod.gate(order, firsts, config.rerank_gate)
+            if config.rerank_gate is not None
+            else rerank_mod.GateDecision(True, "gate off", 0.0)
+        )
+        stage.notes = {"ran": decision.run, "why": decision.reason, "model": config.reranker}
+        if decision.run:
+            head = [i for i, _ in order[: config.rerank_depth]]
+            texts = pool.texts(head)
+            model = rerank_mod.load_reranker(str(config.reranker))
+            scores = model.score(query, [texts.get(i, "") for i in head])
+            ce = {i: float(sc) for i, sc in zip(head, scores, strict=True)}
+            order = rerank_mod.blend([i for i, _ in order], ce, k=config.rrf_k)
+            by_ce = sorted(head, key=lambda i: -ce[i])
+            stage.detail = {i: f"cross-encoder #{by_ce.index(i) + 1} ({ce[i]:.3f})" for i in head}
+        stage.output = [i for i, _ in order]
+        stage.scores = dict(order)
+        stage.ms = (time.perf_counter() - t0) * 1000
+        trace.add(stage)
+        return order
+
+    def _recency(self, order: list[tuple[int, float]], pool: _Pool, trace: Trace) -> list[tuple[int, float]]:
+        t0 = time.perf_counter()
+        config = self.config
+        meta = pool.meta()
+        now = utcnow()
+        stage = Stage("recency", compare_to=trace.stages[-1].name)
+        scored = []
+        for i, score in order:
+            signals = meta.get(i)
+            if signals is None:
+                scored.append((i, score))
+                continue
+            factor, why = decay.recency_factor(signals, now, config.half_life_days, config.recency_weight)
+            scored.append((i, score * factor))
+            stage.detail[i] = f"x{factor:.3f}: {why}"
+        scored.sort(key=lambda kv: -kv[1])
+        stage.output = [i for i, _ in scored]
+        stage.scores = dict(scored)
+        stage.notes = {"half_life_days": config.half_life_days, "weight": config.recency_weight}
+        stage.ms = (time.perf_counter() - t0) * 1000
+        trace.add(stage)
+        return scored
+
+    def _supersede(self, order: list[tuple[int, float]], trace: Trace) -> list[tuple[int, float]]:
+        t0 = time.perf_counter()
+        ids = [i for i, _ in order]
+        newer = supersede_mod.superseded_by(self.db, ids)
+        if not newer:
+            return order
+        stage = Stage("supersede", compare_to=trace.stages[-1].name)
+        moved = supersede_mod.demote(order, newer)
+        for old, new in newer.items():
+            stage.detail[old] = f"superseded by #{new}"
+        stage.output = [i for i, _ in moved]
+        stage.scores = dict(moved)
+        stage.notes = {"superseded": len(newer)}
+        stage.ms = (time.perf_counter() - t0) * 1000
+        trace.add(stage)
+        return moved
+
+    def _dedup(self, order: list[tuple[int, float]], pool: _Pool, trace: Trace) -> list[tuple[int, float]]:
+        t0 = time.perf_counter()
+        ids = [i for i, _ in order]
+        kept, dropped = dedup_mod.dedup(ids, pool.texts(ids), pool.vectors(), self.config.dedup_threshold)
+        if not dropped:
+            return order
+        stage = Stage("dedup", compare_to=trace.stages[-1].name)
+        stage.dropped = {d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()}
+        scores = dict(order)
+        out = [(i, scores[i]) for i in kept]
+        stage.output = kept
+        stage.scores = dict(out)
+        stage.notes = {"collapsed": len(dropped), "threshold": self.config.dedup_threshold}
+        stage.ms = (time.perf_counter() - t0) * 1000
+        trace.add(stage)
+        return out
+
+    def _mmr(
+        self, order: list[tuple[int, float]], pool: _Pool, k: int, trace: Trace
+    ) -> list[tuple[int, float]]:
+        t0 = time.perf_counter()
+        lam = self.config.mmr_lambda
+        ids = [i for i, _ in order]
+        picked = mmr_mod.mmr(ids, dict(order), pool.vectors(), lam, k=min(len(ids), k))
+        rest = [(i, s) for i, s in order if i not in {p for p, _, _ in picked}]
+        stage = Stage("mmr", compare_to=trace.stages[-1].name)
+        stage.notes = {"lambda": lam}
+        floor = min((s for _, s, _ in picked), default=0.0)
+        out = [(i, s) for i, s, _ in picked] + [(i, floor - 1.0 - n) for n, (i, _) in enumerate(rest)]
+        for i, _, near in picked:
+            if near is not None:
+                stage.detail[i] = f"most like #{near}"
+        stage.output = [i for i, _ in out]
+        stage.scores = dict(out)
+        stage.ms = (time.perf_counter() - t0) * 1000
+        trace.add(stage)
+        return out
+
+    def _reject(
+        self, order: list[tuple[int, float]], sims: dict[int, float], evidence: float, trace: Trace
+    ) -> tuple[bool, str]:
+        thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
+        stage = Stage("reject", [i for i, _ in order], compare_to=trace.stages[-1].name)
+        if thresholds is None:
+            stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
+            trace.add(stage)
+            return False, ""
+        top_sim = max(sims.values(), default=None)
+        rejected, why = thresholds.should_reject(top_sim, evidence)
+        stage.notes = {"rejected": rejected, "why": why}
+        if rejected:
+            stage.dropped = {i: "no answer: weak keyword and vector signal" for i, _ in order}
+            stage.output = []
+        trace.add(stage)
+        return rejected, ("no stored item answers this query: " + why) if rejected else ""
 
     def _hydrate(
         self,
-        fused: list[tuple[int, float]],
+        fused: Sequence[tuple[int, float]],
         query: str,
         ranks: dict[str, dict[int, int]],
         raw: dict[str, dict[int, float]],

@@ -17,6 +17,7 @@ class Stage:
     notes: dict[str, Any] = field(default_factory=dict)
     detail: dict[int, str] = field(default_factory=dict)
     compare_to: str | None = None
+    dropped: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -38,7 +39,11 @@ class Trace:
         return sum(s.ms for s in self.stages)
 
     def explain(self, top: int = 10) -> str:
-        """Stage by stage: what came out, in what order, and what moved."""
+        """Stage by stage: what came out, in what order, what moved (``was N``) and why.
+
+        A stage that reorders compares itself with the stage before it; items it removed are
+        listed as ``dropped`` with the reason.
+        """
         lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms)"]
         for stage in self.stages:
             base = self.stage(stage.compare_to) if stage.compare_to else None
@@ -60,6 +65,10 @@ class Trace:
                 shown = f" score={score:.4f}" if score is not None else ""
                 extra = f"  [{stage.detail[item]}]" if item in stage.detail else ""
                 lines.append(f"    {rank:>3}. #{item}{shown}{extra}{move}")
+            for item, why in list(stage.dropped.items())[:top]:
+                lines.append(f"      dropped #{item}: {why}")
+            if previous is not None and stage.output[:top] == previous[:top] and not stage.dropped:
+                lines.append("      (top unchanged)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +81,8 @@ class Trace:
                     "output": s.output[:100],
                     "scores": {str(k): v for k, v in list(s.scores.items())[:100]},
                     "notes": s.notes,
+                    "detail": {str(k): v for k, v in list(s.detail.items())[:100]},
+                    "dropped": {str(k): v for k, v in s.dropped.items()},
                 }
                 for s in self.stages
             ],

@@ -56,11 +56,16 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
         mem._model_checked = same or repair
         mem._model_mismatch = None if (same or repair) else "model mismatch"
     if db.table_exists("vectors_new"):
+        # A re-embed stages vectors batch by batch: one for the current model is resumed, one
+        # for another model (a killed switch or a refused tuning) is dropped.
+        target = db.get_meta("reembed_target")
+        resumable = target is not None and target == embedder.fingerprint and stored != target
         add(
             "interrupted re-embed",
             False,
-            "a half-written vectors_new table is left over",
-            lambda: db.execute("DROP TABLE vectors_new"),
+            "a half-written re-embed is left over"
+            + (": repair finishes it" if resumable else f" for another model ({target}): repair drops it"),
+            mem.reembed if resumable else mem._drop_staging,
         )
 
     orphans = [
@@ -156,6 +161,9 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
         add("vector index", live_vectors == 0, "HNSW index missing", lambda: vectors.rebuild_index(db))
     elif live_vectors:
         probe = db.fetchall("SELECT chunk_id, vec FROM vectors USING SAMPLE 5 ROWS (reservoir, 7)")
+        # A zero vector (an embedder's answer to a text without words) has no cosine
+        # neighbours at all, so it cannot probe the graph.
+        probe = [(cid, vec) for cid, vec in probe if np.any(np.asarray(vec, np.float32))]
         found_self = 0
         for cid, vec in probe:
             hits, _ = vectors.search(db, np.asarray(vec, np.float32), 3, dim or len(vec))

@@ -136,9 +136,13 @@ def add_delta(db: Database, chunk_ids: list[int]) -> None:
         """,
         [chunk_ids, chunk_ids],
     )
+    # Every chunk gets a length row, 0 when it has no indexable term (only punctuation, only
+    # stopwords, a script the tokenizer drops): the snapshot counts such documents too, and
+    # doctor's coverage check relies on the row being there.
     db.execute(
-        "INSERT INTO fts_delta_docs SELECT chunk_id, sum(tf)::INTEGER FROM fts_delta "
-        "WHERE chunk_id IN (SELECT unnest(?::BIGINT[])) GROUP BY chunk_id",
+        "INSERT INTO fts_delta_docs SELECT c.id, coalesce(sum(f.tf), 0)::INTEGER FROM chunks c "
+        "LEFT JOIN fts_delta f ON f.chunk_id = c.id "
+        "WHERE c.id IN (SELECT unnest(?::BIGINT[])) GROUP BY c.id",
         [chunk_ids],
     )
 
@@ -207,6 +211,43 @@ def _corpus_stats(db: Database) -> tuple[int, float, int, int]:
 
 def _idf(n: float, df: float) -> float:
     return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+
+
+def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], float]:
+    """``({term: (IDF, document frequency)}, IDF of a term no document holds)``.
+
+    The same IDFs :func:`search` scores with (snapshot and delta counted together).
+    """
+    n_idx, _, n_delta, _ = _corpus_stats(db)
+    n = float(n_idx) + float(n_delta)
+    table = {
+        term: (_idf(n, float(df_idx + df_delta)), int(df_idx + df_delta))
+        for term, _, df_idx, df_delta in _term_stats(db, terms)
+    }
+    return table, _idf(n, 0.0)
+
+
+def matched_terms(db: Database, terms: list[str], chunk_ids: list[int]) -> dict[int, set[str]]:
+    """Which of the query ``terms`` each of ``chunk_ids`` holds (in its text or heading)."""
+    if not terms or not chunk_ids or not index_exists(db):
+        return {}
+    by_id = {tid: term for term, tid, *_ in _term_stats(db, terms) if tid is not None}
+    out: dict[int, set[str]] = {}
+    if by_id:
+        for chunk_id, termid in db.fetchall(
+            f"SELECT chunk_id, termid FROM fts_postings WHERE termid IN ({', '.join(str(t) for t in by_id)}) "
+            "AND chunk_id IN (SELECT unnest(?::BIGINT[]))",
+            [chunk_ids],
+        ):
+            out.setdefault(int(chunk_id), set()).add(by_id[int(termid)])
+    if _corpus_stats(db)[2]:
+        for chunk_id, term in db.fetchall(
+            "SELECT DISTINCT chunk_id, term FROM fts_delta WHERE term IN (SELECT unnest(?::VARCHAR[])) "
+            "AND chunk_id IN (SELECT unnest(?::BIGINT[]))",
+            [terms, chunk_ids],
+        ):
+            out.setdefault(int(chunk_id), set()).add(str(term))
+    return out
 
 
 def search(

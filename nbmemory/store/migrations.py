@@ -93,9 +93,29 @@ def m002_request_keys(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m003_model_versions(con: duckdb.DuckDBPyConnection) -> None:
+    # Tuned models (nbmemory.tune): every version with its gate scores; one is active.
+    con.execute(
+        """
+        CREATE TABLE model_versions (
+            version VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL,
+            base_model VARCHAR,
+            fingerprint VARCHAR,
+            status VARCHAR NOT NULL CHECK (status IN ('base', 'adopted', 'refused')),
+            active BOOLEAN NOT NULL DEFAULT false,
+            created_at TIMESTAMP NOT NULL,
+            scores VARCHAR,
+            note VARCHAR
+        )
+        """
+    )
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_create_tables", m001_create_tables),
     (2, "m002_request_keys", m002_request_keys),
+    (3, "m003_model_versions", m003_model_versions),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -151,18 +151,27 @@ def test_named_configs() -> None:
 
 
 def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatch) -> None:
-    @dataclasses.dataclass
-    class WithStages(PipelineConfig):
-        mmr: bool = False
-        dedup: bool = True
-        mmr_lambda: float = 0.5
-
-    monkeypatch.setattr(harness, "PipelineConfig", WithStages)
     toggles = stage_toggles()
-    assert set(toggles) == {"default+mmr", "default-dedup"}
-    assert toggles["default+mmr"].mmr is True  # type: ignore[attr-defined]
-    assert toggles["default-dedup"].dedup is False  # type: ignore[attr-defined]
-    assert set(resolve_configs("all")) == {"bm25", "vector", "rrf", "default", "default+mmr", "default-dedup"}
+    # Every boolean stage switch of PipelineConfig, flipped from its default.
+    assert set(toggles) == {
+        "default-adaptive",
+        "default-supersede",
+        "default-dedup",
+        "default+mmr",
+        "default-reject",
+        "default+recency",
+    }
+    assert toggles["default+mmr"].mmr is True
+    assert toggles["default-dedup"].dedup is False
+    assert toggles["default-dedup"].adaptive is True
+    assert set(resolve_configs("all")) == {"bm25", "vector", "rrf", "default", *toggles}
+
+    @dataclasses.dataclass
+    class WithStage(PipelineConfig):
+        spell_check: bool = False
+
+    monkeypatch.setattr(harness, "PipelineConfig", WithStage)
+    assert "default+spell_check" in stage_toggles()
 
 
 @pytest.mark.model

@@ -23,7 +23,7 @@ def test_size_kinds_and_variants() -> None:
     scenario = generate(seed=7)
     counts = scenario.counts()
     assert counts["items"] >= 600  # several hundred topics' worth, three variants each
-    assert set(counts["by_category"]) == {"preference", "procedure", "incident", "convention"}
+    assert set(counts["by_category"]) == {"preference", "procedure", "incident", "convention", "updated"}
     assert set(counts["queries"]) == set(KINDS)
     topics = scenario.topics
     for query in scenario.queries:

@@ -1,0 +1,53 @@
+"""Recency, importance and retrieval frequency as a bounded, rank-safe multiplier."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class ItemSignals:
+    """What the factor is computed from, for one item."""
+
+    created_at: datetime
+    last_retrieved_at: datetime | None
+    importance: float
+    retrieval_count: int
+    pinned: bool
+
+
+def recency_factor(
+    item: ItemSignals,
+    now: datetime,
+    half_life_days: float = 30.0,
+    weight: float = 0.2,
+) -> tuple[float, str]:
+    """A multiplier in ``[1 - weight, 1 + weight]`` for an item's fused score, and why.
+
+    ``boost = 0.5 decay + 0.3 importance + 0.2 frequency`` with ``decay = 0.5 ** (age /
+    half_life)`` on the time since the item was last retrieved (its creation when never
+    retrieved; MemX), ``importance`` in [0, 1] and ``frequency = log1p(retrievals) /
+    log1p(50)`` capped at 1; a pinned item has boost 1. The factor is ``1 + weight * (2 boost
+    - 1)``. Rank-safe: the factor is bounded, so an item only overtakes another whose fused
+    score is within a factor ``(1 + weight) / (1 - weight)`` of its own, and a clear relevance
+    lead is never overturned by age or popularity.
+    """
+    if half_life_days <= 0:
+        raise ValueError(f"half_life_days must be greater than 0, got {half_life_days}")
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"weight must be in [0, 1), got {weight}")
+    seen = item.last_retrieved_at or item.created_at
+    age_days = max(0.0, (now - seen).total_seconds() / 86400.0)
+    decay = 0.5 ** (age_days / half_life_days)
+    frequency = min(1.0, math.log1p(item.retrieval_count) / math.log1p(50))
+    boost = 1.0 if item.pinned else 0.5 * decay + 0.3 * item.importance + 0.2 * frequency
+    factor = 1.0 + weight * (2.0 * boost - 1.0)
+    why = (
+        "pinned"
+        if item.pinned
+        else f"age {age_days:.0f} d (decay {decay:.2f}), importance {item.importance:.2f}, "
+        f"{item.retrieval_count} retrievals"
+    )
+    return factor, why

@@ -1,0 +1,118 @@
+"""A cross-encoder reranking stage behind a gate, blended by rank.
+
+No cross-encoder weights ship in any package nbmemory can depend on offline, so the stage is
+off until a model is configured: any sentence-transformers ``CrossEncoder`` name or local folder
+(``NBMEMORY_RERANKER`` or ``PipelineConfig.reranker``). The gate (memory-spark) runs the model
+only when the fused top is ambiguous, because a cross-encoder pass over 20 candidates costs
+more than the whole rest of the search on a CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
+
+import numpy as np
+
+from nbmemory.errors import ConfigError
+from nbmemory.search.fusion import rrf
+
+
+class Reranker(Protocol):
+    """Scores (query, text) pairs; higher is more relevant."""
+
+    name: str
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers ``CrossEncoder`` by name or local folder.
+
+    Parameters
+    ----------
+    model:
+        Model name (in the local Hugging Face cache) or a folder.
+    device:
+        ``cpu``, ``cuda``...; default: sentence-transformers' choice.
+    max_length:
+        Word pieces per (query, text) pair.
+    """
+
+    def __init__(self, model: str, device: str | None = None, max_length: int = 256) -> None:
+        if not model:
+            raise ValueError("model must be a CrossEncoder name or folder")
+        if max_length <= 0:
+            raise ValueError(f"max_length must be greater than 0, got {max_length}")
+        try:
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:  # pragma: no cover - sentence-transformers is a core dependency
+            raise ConfigError("the reranker needs sentence-transformers: pip install nbmemory") from exc
+        try:
+            self.model = CrossEncoder(model, device=device, max_length=max_length)
+        except OSError as exc:
+            raise ConfigError(
+                f"reranker {model!r} not found: pass a local folder or the name of a CrossEncoder "
+                f"in your Hugging Face cache (nbmemory never downloads at search time)"
+            ) from exc
+        self.name = model
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        out = self.model.predict([(query, t) for t in texts], show_progress_bar=False, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)[:, -1]
+
+
+@lru_cache(maxsize=2)
+def load_reranker(model: str, device: str | None = None) -> CrossEncoderReranker:
+    """One loaded cross-encoder per (model, device), shared by every search."""
+    return CrossEncoderReranker(model, device=device)
+
+
+@dataclass
+class GateDecision:
+    """Whether the reranker runs for this query, and why."""
+
+    run: bool
+    reason: str
+    spread: float
+
+
+def gate(
+    fused: Sequence[tuple[int, float]],
+    firsts: dict[str, int | None],
+    spread_above: float = 0.15,
+    window: int = 5,
+) -> GateDecision:
+    """Run the cross-encoder only when the fused top is ambiguous.
+
+    Clear (skip): both retrievers put the same item first, or the top fused score leads the mean
+    of the next ``window - 1`` by more than ``spread_above`` (relative). Otherwise ambiguous (run).
+    """
+    if len(fused) < 2:
+        return GateDecision(False, "fewer than 2 candidates", 1.0)
+    top = fused[0][1]
+    rest = [s for _, s in fused[1:window]]
+    spread = (top - float(np.mean(rest))) / top if top > 0 else 0.0
+    heads = {v for v in firsts.values() if v is not None}
+    if len(firsts) > 1 and len(heads) == 1 and None not in firsts.values():
+        return GateDecision(False, "both retrievers rank the same item first", spread)
+    if spread > spread_above:
+        return GateDecision(False, f"clear leader (spread {spread:.2f} > {spread_above})", spread)
+    return GateDecision(True, f"ambiguous top (spread {spread:.2f} <= {spread_above})", spread)
+
+
+def blend(order: Sequence[int], ce_scores: dict[int, float], k: int = 60) -> list[tuple[int, float]]:
+    """Blend the fused order with the cross-encoder's by RRF, so score scales never matter.
+
+    Only the reranked head (the ids in ``ce_scores``) is reordered; the tail keeps its order below.
+    """
+    head = [i for i in order if i in ce_scores]
+    by_ce = sorted(head, key=lambda i: (-ce_scores[i], head.index(i)))
+    blended = rrf({"fused": head, "rerank": by_ce}, k=k)
+    floor = min((s for _, s in blended), default=0.0)
+    tail = [i for i in order if i not in ce_scores]
+    return blended + [(i, floor * (1.0 - 1e-3 * (n + 1))) for n, i in enumerate(tail)]

@@ -1,0 +1,59 @@
+"""Superseded items rank below what superseded them."""
+
+from __future__ import annotations
+
+from nbmemory.store.db import Database
+
+
+def superseded_by(db: Database, ids: list[int]) -> dict[int, int]:
+    """``{old id: newest live id that supersedes it}`` for the ``ids`` that have one.
+
+    A ``supersedes`` link goes from the newer item to the older one (``link(new, old,
+    "supersedes")``); a forgotten newer item supersedes nothing.
+    """
+    if not ids:
+        return {}
+    rows = db.fetchall(
+        "SELECT l.dst, l.src FROM links l JOIN chunks c ON c.id = l.src "
+        "WHERE l.type = 'supersedes' AND c.deleted_at IS NULL AND l.dst IN (SELECT unnest(?::BIGINT[])) "
+        "ORDER BY c.created_at, l.src",
+        [ids],
+    )
+    return {int(old): int(new) for old, new in rows}
+
+
+def demote(order: list[tuple[int, float]], newer: dict[int, int]) -> list[tuple[int, float]]:
+    """Move each superseded item to right below its superseder, or to the end when that is absent.
+
+    Scores are rewritten so they stay in descending order.
+    """
+    present = {i for i, _ in order}
+    scores = dict(order)
+    below: dict[int, list[int]] = {}
+    for old, _ in order:
+        if old in newer and newer[old] in present:
+            below.setdefault(newer[old], []).append(old)
+    out: list[tuple[int, float]] = []
+    emitted: set[int] = set()
+
+    def emit(i: int, score: float) -> None:
+        if i in emitted:
+            return
+        emitted.add(i)
+        out.append((i, score))
+        for old in below.get(i, []):
+            emit(old, score)
+
+    for i, s in order:
+        if i not in newer:
+            emit(i, s)
+    # Superseded by something not among the results (or a cycle): at the end, in their order.
+    for i, _ in order:
+        emit(i, min(scores.values()))
+    # Equal scores below a superseder: nudge each down so the order is strict.
+    fixed: list[tuple[int, float]] = []
+    for i, s in out:
+        if fixed and s >= fixed[-1][1]:
+            s = fixed[-1][1] - 1e-9
+        fixed.append((i, s))
+    return fixed

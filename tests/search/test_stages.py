@@ -1,0 +1,160 @@
+"""The pipeline's optional stages as pure functions: hand-checkable inputs and outputs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from nbmemory.search.adaptive import fusion_weights, identifiers
+from nbmemory.search.decay import ItemSignals, recency_factor
+from nbmemory.search.dedup import dedup
+from nbmemory.search.fusion import rrf
+from nbmemory.search.mmr import mmr
+from nbmemory.search.reject import Thresholds
+from nbmemory.search.rerank import blend, gate
+from nbmemory.search.supersede import demote
+
+
+def unit(*xs: float) -> np.ndarray:
+    v = np.array(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+# -- adaptive fusion -------------------------------------------------------------------------
+def test_identifiers_are_found_and_words_are_not() -> None:
+    found = identifiers("why did INC-4821 fail in parse_config or os.path.join at v2.3.1, code 5003?")
+    assert {"INC-4821", "parse_config", "os.path.join", "v2.3.1", "5003"} <= set(found)
+    assert identifiers("how do I rotate the token") == []
+
+
+def test_identifier_carrying_the_query_leans_to_bm25() -> None:
+    idf = {"inc": (1.5, 200), "4821": (5.5, 3)}
+    ev = fusion_weights("INC-4821", idf, 7.5, [{"inc", "4821"}], {"INC-4821": ["inc", "4821"]})
+    assert ev.weights["bm25"] > 1.5 > 0.5 > ev.weights["vector"]
+    assert ev.identifiers == ["INC-4821"] and "identifier" in ev.reason
+
+
+def test_identifier_absent_from_the_corpus_is_no_evidence() -> None:
+    idf = {"inc": (1.5, 200), "9999": (7.5, 0)}
+    ev = fusion_weights("INC-9999", idf, 7.5, [{"inc"}], {"INC-9999": ["inc", "9999"]})
+    assert ev.identifiers == [] and ev.missing_terms == ["9999"]
+    # 1.5 of 9.0 IDF covered: words the notes lack, so vectors lead.
+    assert ev.evidence == pytest.approx(1.5 / 9.0)
+    assert ev.weights["vector"] > ev.weights["bm25"]
+
+
+def test_fully_covered_common_words_keep_equal_weights() -> None:
+    idf = {"statin": (2.0, 300), "cancer": (1.2, 800)}
+    ev = fusion_weights("statins cancer", idf, 8.9, [{"statin", "cancer"}, {"cancer"}], {})
+    assert ev.evidence == pytest.approx(1.0)
+    assert ev.weights == {"bm25": 1.0, "vector": 1.0}
+
+
+def test_strength_zero_is_plain_rrf_and_bad_strength_is_refused() -> None:
+    ev = fusion_weights("x", {"x": (1.0, 0)}, 1.0, [], {}, strength=0.0)
+    assert ev.weights == {"bm25": 1.0, "vector": 1.0}
+    with pytest.raises(ValueError, match="strength"):
+        fusion_weights("x", {}, 1.0, [], {}, strength=1.0)
+
+
+def test_per_retriever_k_sharpens_the_trusted_list() -> None:
+    rankings = {"bm25": ["right", "a", "b", "wrong"], "vector": ["wrong", "c"]}
+    # Weights alone, even 9:1, leave bm25 #4 + vector #1 above bm25 #1 (RRF at k=60 is flat)...
+    assert rrf(rankings, k=60, weights={"bm25": 1.8, "vector": 0.2})[0][0] == "wrong"
+    # ...the constant divided by the weight lets the trusted #1 win.
+    sharp = rrf(rankings, k=60, weights={"bm25": 1.8, "vector": 0.2}, ks={"bm25": 60 / 1.8, "vector": 60 / 0.2})
+    assert sharp[0][0] == "right"
+    assert dict(sharp)["right"] == pytest.approx(1.8 / (60 / 1.8 + 1))
+
+
+# -- reranker gate and blend -------------------------------------------------------------------
+def test_gate_skips_when_retrievers_agree_or_the_leader_is_clear() -> None:
+    close = [(1, 0.0325), (2, 0.0320), (3, 0.0318), (4, 0.0317), (5, 0.0316)]
+    assert gate(close, {"bm25": 1, "vector": 1}).run is False
+    decision = gate(close, {"bm25": 1, "vector": 2})
+    assert decision.run is True and "ambiguous" in decision.reason
+    clear = [(1, 0.05), (2, 0.02), (3, 0.02), (4, 0.02), (5, 0.02)]
+    assert gate(clear, {"bm25": 1, "vector": 2}).run is False
+
+
+def test_blend_reorders_only_the_scored_head_by_rank() -> None:
+    order = [1, 2, 3, 4]
+    out = blend(order, {1: 0.1, 2: 0.9, 3: 0.5}, k=60)
+    ids = [i for i, _ in out]
+    # 2: fused #2 + ce #1; 1: fused #1 + ce #3; 3: fused #3 + ce #2 -> 2, then 1 and 3 tie at 1/61+1/63.
+    assert ids[0] == 2 and set(ids[1:3]) == {1, 3} and ids[3] == 4
+    assert dict(out)[2] == pytest.approx(1 / 62 + 1 / 61)
+    assert [s for _, s in out] == sorted((s for _, s in out), reverse=True)
+
+
+# -- MMR ---------------------------------------------------------------------------------------
+def test_mmr_hand_computed() -> None:
+    vecs = {1: unit(1, 0), 2: unit(1, 0.01), 3: unit(0, 1)}
+    rel = {1: 1.0, 2: 0.9, 3: 0.5}
+    picked = mmr([1, 2, 3], rel, vecs, lam=0.5)
+    # 1 first; then 2 scores 0.5*0.8 - 0.5*~1.0 < 3 scores 0.5*0 - 0.5*0: the different one wins.
+    assert [p for p, _, _ in picked] == [1, 3, 2]
+    assert picked[2][2] == 1
+    assert [p for p, _, _ in mmr([1, 2, 3], rel, vecs, lam=1.0)] == [1, 2, 3]
+    with pytest.raises(ValueError, match="lambda"):
+        mmr([1], rel, vecs, lam=1.5)
+
+
+# -- dedup -------------------------------------------------------------------------------------
+def test_dedup_collapses_same_words_and_contained_copies_but_not_different_facts() -> None:
+    v = unit(1, 0)
+    texts = {
+        1: "Polars over pandas.",
+        2: "polars   OVER pandas",  # same words
+        3: "pandas over polars",  # same words, other order: another fact
+        4: "Polars over pandas. Lazy queries are faster.",  # the first, with a line added
+        5: "The on-call owner is Marek.",
+    }
+    kept, dropped = dedup([1, 2, 3, 4, 5], texts, {i: v for i in texts}, threshold=0.95)
+    assert kept == [1, 3, 5]
+    assert dropped == {2: (1, 1.0), 4: (1, pytest.approx(1.0))}
+
+
+def test_dedup_needs_the_embeddings_to_agree_for_contained_text() -> None:
+    texts = {1: "restart the worker", 2: "restart the worker only after the backup finished"}
+    kept, _ = dedup([1, 2], texts, {1: unit(1, 0), 2: unit(0, 1)}, threshold=0.95)
+    assert kept == [1, 2]
+
+
+# -- recency -----------------------------------------------------------------------------------
+def test_recency_factor_is_bounded_and_prefers_recent_important_items() -> None:
+    now = datetime(2026, 11, 22)
+    fresh = ItemSignals(now - timedelta(days=1), None, 0.5, 0, False)
+    old = ItemSignals(now - timedelta(days=365), None, 0.5, 0, False)
+    old_but_used = ItemSignals(now - timedelta(days=365), now - timedelta(days=2), 0.5, 10, False)
+    pinned = ItemSignals(now - timedelta(days=900), None, 0.0, 0, True)
+    f_fresh, _ = recency_factor(fresh, now)
+    f_old, why = recency_factor(old, now)
+    assert 0.8 <= f_old < f_fresh <= 1.2 and "age 365 d" in why
+    assert recency_factor(old_but_used, now)[0] > f_old  # last retrieval counts, not creation
+    assert recency_factor(pinned, now)[0] == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="half_life_days"):
+        recency_factor(fresh, now, half_life_days=0)
+
+
+# -- supersede ---------------------------------------------------------------------------------
+def test_superseded_item_moves_right_below_its_successor_or_to_the_end() -> None:
+    order = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6)]
+    assert [i for i, _ in demote(order, {1: 3})] == [2, 3, 1, 4]
+    assert [i for i, _ in demote(order, {1: 99})] == [2, 3, 4, 1]
+    assert [i for i, _ in demote(order, {1: 2, 2: 3})] == [3, 2, 1, 4]
+    scores = [s for _, s in demote(order, {1: 3})]
+    assert scores == sorted(scores, reverse=True)
+
+
+# -- tiers and rejection -------------------------------------------------------------------------
+def test_tiers_and_rejection_need_both_signals_weak() -> None:
+    t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, 0.39, 0.18, "test")
+    assert [t.tier(d) for d in (0.1, 0.3, 0.5, 0.7, None)] == ["high", "medium", "low", "none", "none"]
+    assert t.should_reject(0.30, 0.10)[0] is True
+    assert t.should_reject(0.30, 0.90)[0] is False  # strong keyword signal
+    assert t.should_reject(0.60, 0.10)[0] is False  # strong vector signal
+    none = Thresholds("fp", {}, None, None, "test")
+    assert none.should_reject(0.0, 0.0) == (False, "no rejection levels for this model")
