@@ -34,10 +34,11 @@ def print_hits(result: Any, out: Any = None) -> None:
     """Human-readable ranked hits with which retriever found each."""
     out = out or sys.stdout
     if not result.hits:
-        print("  (no results)", file=out)
+        print(f"  (no results: {result.reason})" if result.rejected else "  (no results)", file=out)
         return
     for rank, hit in enumerate(result.hits, start=1):
-        print(f"{rank:>3}. [{hit.score:.4f}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)
+        tier = f" {hit.tier}" if hit.tier != "none" else ""
+        print(f"{rank:>3}. [{hit.score:.4f}{tier}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)
         if hit.heading:
             print(f"     {hit.heading}", file=out)
         for line in textwrap.wrap(hit.snippet, width=96)[:3]:
@@ -73,7 +74,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         result = mem.search(args.query, k=args.k, config=config, **_filters(args))
     if args.json:
-        payload: dict[str, Any] = {"query": result.query, "hits": [h.to_dict() for h in result.hits]}
+        payload: dict[str, Any] = {
+            "query": result.query,
+            "hits": [h.to_dict() for h in result.hits],
+            "rejected": result.rejected,
+            "reason": result.reason,
+        }
         if args.explain:
             payload["trace"] = result.trace.to_dict()
         print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
@@ -139,7 +145,7 @@ def cmd_related(args: argparse.Namespace) -> int:
     from nbmemory.search.trace import Trace
 
     with _memory(args) as mem:
-        hits = mem.related(args.id, k=args.k)
+        hits = mem.related(args.id, k=args.k, namespace=args.ns)
     print_hits(SearchResult(f"related to #{args.id}", hits, Trace("")))
     return 0
 
@@ -182,6 +188,101 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     with _memory(args, on_model_change="defer") as mem:
         count = mem.reembed()
     print(f"re-embedded {count} items")
+    return 0
+
+
+def _owned(shared: Any, what: str) -> Any:
+    """The local Memory behind a connection; a long job never runs inside another process's owner."""
+    if shared.memory is None:
+        raise NbMemoryError(
+            f"{shared.path} is open in another process (a Jupyter kernel or server, or another "
+            f"CLI run): {what} runs for minutes, so run it there (%memtune in a notebook) or "
+            "close that process and run this again"
+        )
+    return shared.memory
+
+
+def _text_progress(quiet: bool) -> Any:
+    shown: dict[str, int] = {}
+
+    def progress(phase: str, fraction: float) -> None:
+        step = int(fraction * 10)
+        if quiet or shown.get(phase) == step:
+            return
+        shown[phase] = step
+        print(f"{phase}: {fraction:.0%}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from nbmemory.tune.run import DEFAULT_SOURCES, TuneOptions
+    from nbmemory.tune.train import TrainConfig
+
+    sources = tuple(
+        s.strip()
+        for part in (args.query_source or [",".join(DEFAULT_SOURCES)])
+        for s in part.split(",")
+        if s.strip()
+    )
+    options = TuneOptions(
+        sources=sources,
+        max_queries=args.max_queries,
+        max_triples=args.max_triples,
+        train=TrainConfig(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=args.lr,
+            max_steps=args.max_steps,
+            max_seq_length=args.max_seq_length,
+            seed=args.seed,
+            device=args.device,
+        ),
+        min_delta=args.min_gain,
+        namespace=args.ns,
+    )
+    with _memory(args) as shared:
+        report = _owned(shared, "tuning").tune(options, progress=_text_progress(args.quiet))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(report.summary())
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.action == "use":
+        if not args.version:
+            raise NbMemoryError("which version? `nbmemory models use VERSION` (see `nbmemory models`)")
+        with _memory(args) as shared:
+            count = _owned(shared, "switching models").use_model(args.version)
+        print(f"now using model version {args.version}: re-embedded {count} items")
+        return 0
+    if args.version:
+        raise NbMemoryError(
+            f"unexpected {args.version!r}: `nbmemory models` or `nbmemory models use VERSION`"
+        )
+    with _memory(args) as shared:
+        rows = shared.models()
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps([asdict(r) for r in rows], indent=2, default=str))
+        return 0
+    if not rows:
+        print("no model versions yet: `nbmemory tune` makes one")
+        return 0
+    for r in rows:
+        held = r.scores.get("held_out_ndcg@10", {})
+        score = ""
+        if held:
+            score = (
+                f" held-out ndcg@10 {held['current']['default']:.4f} -> {held['candidate']['default']:.4f}"
+            )
+        flags = ("active " if r.active else "") + ("in use" if r.in_use else "")
+        print(f"{'*' if r.active else ' '} {r.version:<6} {r.status:<8} {flags:<14} {r.model}{score}")
+        if r.note:
+            print(f"         {r.note}")
     return 0
 
 
@@ -259,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("related", cmd_related, "items most similar to an item, and those linked to it")
     p.add_argument("id", type=int)
     p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    p.add_argument("--ns", help="only this namespace (default: all)")
 
     p = add(
         "link",
@@ -285,6 +387,46 @@ def build_parser() -> argparse.ArgumentParser:
     add("reembed", cmd_reembed, "re-embed every item with the current model")
 
     add("demo", cmd_demo, "index the bundled sample corpus into a fresh demo store and run example searches")
+
+    p = add(
+        "tune",
+        cmd_tune,
+        "fine-tune the embedding model on this memory (keyword-vs-vector disagreement); adopt it only if better",
+    )
+    p.add_argument(
+        "--query-source",
+        action="append",
+        help="where queries come from: title, first_sentence, log (repeatable or comma-separated; default all three)",
+    )
+    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
+    p.add_argument("--max-triples", type=int, default=2048, help="most triples trained on (default 2048)")
+    p.add_argument("--max-queries", type=int, default=3000, help="most queries mined (default 3000)")
+    p.add_argument(
+        "--max-steps", type=int, help="cap on training steps (default 150 on CPU, none on CUDA; 0: none)"
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="triples per step (default 32)")
+    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
+    p.add_argument(
+        "--max-seq-length", type=int, help="word pieces per text (default 128 on CPU, 256 on CUDA)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=42, help="seed: mining sample, held-out split, training (default 42)"
+    )
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    p.add_argument(
+        "--min-gain", type=float, default=0.005, help="held-out NDCG@10 gain needed to adopt (default 0.005)"
+    )
+    p.add_argument("--ns", help="mine only this namespace (default: all)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+    p = add(
+        "models",
+        cmd_models,
+        "list model versions and their scores; `models use VERSION` switches (re-embeds)",
+    )
+    p.add_argument("action", nargs="?", choices=["list", "use"], default="list", help="list (default) or use")
+    p.add_argument("version", nargs="?", help="with use: the version to switch to (v1, base, ...)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     from nbmemory.eval.cli import add_eval_parser
 

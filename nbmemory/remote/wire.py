@@ -33,6 +33,7 @@ METHODS = frozenset(
         "doctor",
         "export",
         "reembed",
+        "models",
         "ping",
     }
 )
@@ -68,6 +69,7 @@ def _hook(obj: dict[str, Any]) -> Any:
     if kind == "Stage":
         obj["scores"] = {int(k): v for k, v in obj["scores"].items()}
         obj["detail"] = {int(k): v for k, v in obj["detail"].items()}
+        obj["dropped"] = {int(k): v for k, v in obj.get("dropped", {}).items()}
         return Stage(**obj)
     if kind == "Trace":
         return Trace(**obj)
@@ -81,6 +83,10 @@ def _hook(obj: dict[str, Any]) -> Any:
     if kind == "IndexReport":
         obj["skipped"] = [tuple(x) for x in obj["skipped"]]
         return IndexReport(**obj)
+    if kind == "ModelVersion":
+        from nbmemory.tune.versions import ModelVersion
+
+        return ModelVersion(**obj)
     if kind in ("Check", "DoctorReport"):
         from nbmemory import memory
 

@@ -1,0 +1,191 @@
+"""The whole pipeline on a real DuckDB file with the bundled model: stages, traces, explain."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbmemory.memory import Memory
+from nbmemory.search import rerank as rerank_mod
+from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.store.db import utcnow
+
+NOTES = [
+    ("INC-4821: billing-api returned 502 after the deploy; the load balancer kept old targets.", "ops"),
+    ("Rotate the API token for the payments service every 90 days with vault.", "ops"),
+    ("For quick notebook analysis I prefer polars over pandas because lazy queries are faster.", "prefs"),
+    ("The staging database of auth-gateway is on db-stg-12.internal.", "infra"),
+    ("Our cafeteria serves lunch between noon and two.", "misc"),
+    ("To restart the ingest worker, run systemctl restart ingest-worker on the host.", "ops"),
+]
+
+
+@pytest.fixture
+def notes(mem: Memory) -> dict[str, int]:
+    ids = mem.remember_many([t for t, _ in NOTES])
+    return {text.split()[0].rstrip(":"): i for (text, _), i in zip(NOTES, ids, strict=True)}
+
+
+def test_identifier_query_leans_to_bm25_and_says_why(mem: Memory, notes: dict[str, int]) -> None:
+    result = mem.search("INC-4821", k=3, log=False)
+    fused = result.trace.stage("rrf")
+    assert fused is not None
+    assert fused.notes["weights"]["bm25"] > fused.notes["weights"]["vector"]
+    assert "identifier 'INC-4821'" in fused.notes["why"]
+    assert result.ids[0] == notes["INC-4821"]
+
+
+def test_paraphrase_without_shared_words_leans_to_vectors(mem: Memory, notes: dict[str, int]) -> None:
+    result = mem.search("which dataframe library do I like?", k=3, log=False)
+    fused = result.trace.stage("rrf")
+    assert fused is not None and fused.notes["weights"]["vector"] > fused.notes["weights"]["bm25"]
+    assert result.ids[0] == notes["For"]
+
+
+def test_no_answer_query_is_rejected_and_answerable_ones_are_not(mem: Memory, notes: dict[str, int]) -> None:
+    miss = mem.search("kubernetes pod eviction thresholds for gpu nodes", k=5, log=False)
+    assert miss.rejected and miss.hits == [] and "no stored item answers" in miss.reason
+    stage = miss.trace.stage("reject")
+    assert stage is not None and stage.notes["rejected"] and stage.dropped
+    hit = mem.search("how do I restart the ingest worker", k=5, log=False)
+    assert not hit.rejected and hit.ids[0] == notes["To"]
+    # The same miss with the stage off returns its (weak) best guesses.
+    assert mem.search("kubernetes pod eviction thresholds for gpu nodes", k=5, log=False,
+                      config=PipelineConfig(reject=False)).hits
+
+
+def test_hits_carry_similarity_and_tier(mem: Memory, notes: dict[str, int]) -> None:
+    result = mem.search("rotate the payments API token with vault", k=3, log=False)
+    top = result.hits[0]
+    assert top.id == notes["Rotate"]
+    assert top.similarity is not None and top.similarity > 0.6
+    assert top.tier in ("high", "medium")
+    assert result.hits[-1].tier in ("low", "none", "medium")
+
+
+def test_dedup_collapses_a_note_stored_twice(mem: Memory, notes: dict[str, int]) -> None:
+    again = mem.remember("Rotate the API token for the payments service every 90 days with vault!")
+    result = mem.search("rotate api token", k=5, log=False)
+    assert (notes["Rotate"] in result.ids) != (again.id in result.ids)
+    stage = result.trace.stage("dedup")
+    assert stage is not None and len(stage.dropped) == 1
+    assert "duplicate of" in next(iter(stage.dropped.values()))
+    off = mem.search("rotate api token", k=5, log=False, config=PipelineConfig(dedup=False))
+    assert notes["Rotate"] in off.ids and again.id in off.ids
+
+
+def test_superseded_note_ranks_below_its_successor(mem: Memory, notes: dict[str, int]) -> None:
+    new = mem.remember("The staging database of auth-gateway moved to db-stg-47.internal.")
+    old = notes["The"]
+    assert mem.search("auth-gateway staging database host", k=3, log=False).ids[0] == old
+    mem.link(new.id, old, "supersedes")
+    result = mem.search("auth-gateway staging database host", k=3, log=False)
+    assert result.ids.index(new.id) < result.ids.index(old)
+    assert "superseded by" in result.trace.stage("supersede").detail[old]  # type: ignore[union-attr]
+
+
+def test_recency_prefers_the_newer_of_two_equal_notes(mem: Memory) -> None:
+    a = mem.remember("The on-call owner of the export scheduler is Priya.")
+    b = mem.remember("The on-call owner of the export scheduler is Marek.")
+    old = utcnow() - timedelta(days=300)
+    mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, b.id])
+    mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, a.id])
+    mem.db.execute("UPDATE chunks SET created_at = ? WHERE id = ?", [utcnow() - timedelta(days=2), a.id])
+    result = mem.search("who is on call for the export scheduler", k=2, log=False,
+                        config=PipelineConfig(recency=True))
+    assert result.ids[0] == a.id
+    assert "age 2 d" in result.trace.stage("recency").detail[a.id]  # type: ignore[union-attr]
+
+
+def test_mmr_changes_order_only_when_on(mem: Memory, notes: dict[str, int]) -> None:
+    mem.remember_many(
+        [
+            "Rotate the payments API token every 90 days using vault.",
+            "Every 90 days, rotate the API token of payments in vault.",
+        ]
+    )
+    plain = mem.search("rotate the payments token", k=4, log=False, config=PipelineConfig(dedup=False))
+    diverse = mem.search("rotate the payments token", k=4, log=False,
+                         config=PipelineConfig(dedup=False, mmr=True, mmr_lambda=0.3))
+    assert plain.trace.stage("mmr") is None and diverse.trace.stage("mmr") is not None
+    # Three near-copies lead the plain top 3; MMR lets something else in.
+    assert len(set(diverse.ids[:3]) - set(plain.ids[:3])) >= 1
+
+
+def test_explain_shows_each_stage_what_moved_and_why(mem: Memory, notes: dict[str, int]) -> None:
+    mem.remember("Rotate the API token for the payments service every 90 days with vault.")
+    text = mem.search("rotate api token", k=5, log=False, config=PipelineConfig(recency=True)).explain()
+    for part in ("[bm25]", "[vector]", "[rrf]", "[recency]", "[dedup]", "[reject]", "[hydrate]",
+                 "weights=", "why=", "dropped #", "duplicate of"):
+        assert part in text, (part, text)
+
+
+# -- the gated cross-encoder ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_cross_encoder() -> Iterator[str]:
+    """A cross-encoder trained here from a handful of pairs (no weights ship in any package)."""
+    from datasets import Dataset
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+
+    from nbmemory.embed.sentence import bundled_model_path
+
+    pairs = [
+        ("rotate the api token", "Rotate the API token every 90 days with vault", 1.0),
+        ("rotate the api token", "Our cafeteria serves lunch at noon", 0.0),
+        ("restart the worker", "Restart the worker with systemctl", 1.0),
+        ("restart the worker", "I prefer polars over pandas", 0.0),
+    ] * 4
+    with tempfile.TemporaryDirectory() as tmp:
+        model = CrossEncoder(str(bundled_model_path()), num_labels=1, max_length=64, device="cpu")
+        data = Dataset.from_dict({"query": [p[0] for p in pairs], "text": [p[1] for p in pairs],
+                                  "label": [p[2] for p in pairs]})
+        args = CrossEncoderTrainingArguments(output_dir=tmp, num_train_epochs=2, per_device_train_batch_size=8,
+                                             seed=3, report_to="none", save_strategy="no", use_cpu=True)
+        CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)).train()
+        model.save(f"{tmp}/ce")
+        yield f"{tmp}/ce"
+    rerank_mod.load_reranker.cache_clear()
+
+
+def test_reranker_runs_only_when_the_gate_opens_and_blends_by_rank(
+    mem: Memory, notes: dict[str, int], tiny_cross_encoder: str
+) -> None:
+    config = PipelineConfig(reranker=tiny_cross_encoder, rerank_depth=5, dedup=False, reject=False)
+    ran: list[Any] = []
+    for query in ("INC-4821", "token rotation", "what do I use for dataframes", "lunch time", "restart things"):
+        result = mem.search(query, k=5, log=False, config=config)
+        stage = result.trace.stage("rerank")
+        assert stage is not None and isinstance(stage.notes["ran"], bool) and stage.notes["why"]
+        if stage.notes["ran"]:
+            ran.append(query)
+            fused = result.trace.stage("rrf")
+            assert fused is not None
+            head = fused.output[:5]
+            model = rerank_mod.load_reranker(tiny_cross_encoder)
+            texts = dict(mem.db.fetchall("SELECT id, text FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [head]))
+            ce = dict(zip(head, model.score(query, [texts[i] for i in head]).tolist(), strict=True))
+            expected = [i for i, _ in rerank_mod.blend(fused.output, ce, k=60)][:5]
+            assert result.ids == expected
+            assert all("cross-encoder #" in stage.detail[i] for i in head)
+        else:
+            assert "both retrievers" in stage.notes["why"] or "clear leader" in stage.notes["why"]
+    # The identifier query has one clear answer: the gate keeps the model out of it; the vaguer
+    # ones open it.
+    assert "INC-4821" not in ran and ran
+    always = PipelineConfig(reranker=tiny_cross_encoder, rerank_gate=None, rerank_depth=5)
+    assert mem.search("INC-4821", k=3, log=False, config=always).trace.stage("rerank").notes["ran"]  # type: ignore[union-attr]
+
+
+def test_missing_reranker_is_a_clear_error(mem: Memory, notes: dict[str, int], tmp_path: Path) -> None:
+    from nbmemory.errors import ConfigError
+
+    config = PipelineConfig(reranker=str(tmp_path / "no-such-model"), rerank_gate=None)
+    with pytest.raises(ConfigError, match="reranker .* not found"):
+        mem.search("token", k=3, log=False, config=config)
