@@ -65,13 +65,29 @@ def _as_usage_errors() -> Iterator[None]:
 def _parse(magic: Callable[..., Any], line: str) -> Any:
     """``parse_argstring``, forgiving unbalanced apostrophes in words like ``don't``."""
     try:
-        return parse_argstring(magic, line)
+        return _unquote(parse_argstring(magic, line))
     except ValueError:
         pass
     try:
-        return parse_argstring(magic, _APOSTROPHE.sub(r"\\'", line))
+        return _unquote(parse_argstring(magic, _APOSTROPHE.sub(r"\\'", line)))
     except ValueError as exc:
         raise UsageError(f"{exc} in {line!r}: close the quote, or put the words in double quotes") from None
+
+
+def _unquote(args: Any) -> Any:
+    """Drop the quotes around values: IPython splits non-POSIX, so ``--ns "my notes"`` arrives as
+    ``'"my notes"'`` and would name a namespace with quotes in it."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            return value[1:-1]
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    for name, value in vars(args).items():
+        setattr(args, name, strip(value))
+    return args
 
 
 def _without_semicolon(line: str) -> str:
@@ -381,12 +397,20 @@ class MemoryMagics(Magics):
             result = self.memory.search(query, k=_k(args.k, self.top_k), config=config, **self._filters(args))
         self.last_result = result
         if args.json:
-            payload: dict[str, Any] = {"query": result.query, "hits": [h.to_dict() for h in result.hits]}
+            payload: dict[str, Any] = {
+                "query": result.query,
+                "hits": [h.to_dict() for h in result.hits],
+                "rejected": result.rejected,
+                "reason": result.reason,
+            }
             if args.explain:
                 payload["trace"] = result.trace.to_dict()
             print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
         else:
-            display(self._hit_table(result, f"{len(result.hits)} hit(s) for {query!r}"))
+            title = f"{len(result.hits)} hit(s) for {query!r}"
+            if result.rejected:
+                title = f"no answer for {query!r}: {result.reason}"
+            display(self._hit_table(result, title))
             if args.explain or self.explain:
                 from nbmemory.display import TextBlock
 
@@ -396,6 +420,7 @@ class MemoryMagics(Magics):
     @magic_arguments()
     @argument("id", type=int, help="item id")
     @argument("-k", type=int, default=None, help="number of similar items (default: MemoryMagics.top_k)")
+    @argument("--ns", help="only this namespace (default: MemoryMagics.namespace, else all)")
     @output_can_be_silenced
     @line_magic
     def memrelated(self, line: str) -> pl.DataFrame:
@@ -412,7 +437,7 @@ class MemoryMagics(Magics):
         from nbmemory.search.trace import Trace
 
         with _as_usage_errors():
-            hits = self.memory.related(args.id, k=_k(args.k, self.top_k))
+            hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)
         result = SearchResult(f"related to #{args.id}", hits, Trace(f"related to #{args.id}"))
         display(self._hit_table(result, f"{len(hits)} item(s) related to #{args.id}"))
         return result.to_polars()
@@ -659,6 +684,96 @@ class MemoryMagics(Magics):
         snapshot = history_notebook(self.shell, folder)
         print(f"this kernel's notebook file is unknown: indexing the cells it ran, as {snapshot}")
         return snapshot
+
+    @magic_arguments()
+    @argument("--epochs", type=int, default=1, help="training epochs (default 1)")
+    @argument("--max-triples", type=int, default=2048, help="most triples trained on (default 2048)")
+    @argument("--max-steps", type=int, help="cap on training steps (default 150 on CPU, none on CUDA)")
+    @argument(
+        "--query-source",
+        action="append",
+        help="title, first_sentence or log (repeatable or comma-separated; default all three)",
+    )
+    @argument("--seed", type=int, default=42, help="seed for mining, the held-out split and training")
+    @argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")
+    @argument("--min-gain", type=float, default=0.005, help="held-out NDCG@10 gain needed (default 0.005)")
+    @line_magic
+    def memtune(self, line: str) -> Any:
+        """Fine-tune the embedding model on this memory; adopt it only if it is better.
+
+        Mines (query, positive, hard negative) triples where keyword-heavy and vector-heavy search
+        disagree, fine-tunes the current model on them, re-embeds the memory with the candidate
+        (resumable) and compares the two on held-out queries; the candidate replaces the current
+        model only on a real gain, otherwise nothing changes and the report says why. Shows a
+        progress widget; returns the report (``report.summary()``). ``nbmemory models`` lists
+        the versions. Minutes on a CPU: see the README for measured times.
+
+        Example::
+
+            report = %memtune --epochs 1
+        """
+        args = _parse(self.memtune, line)
+        from nbmemory.tune.run import DEFAULT_SOURCES, TuneOptions
+        from nbmemory.tune.train import TrainConfig
+
+        sources = tuple(
+            s.strip()
+            for part in (args.query_source or [",".join(DEFAULT_SOURCES)])
+            for s in part.split(",")
+            if s.strip()
+        )
+        with _as_usage_errors():
+            options = TuneOptions(
+                sources=sources,
+                max_triples=args.max_triples,
+                train=TrainConfig(
+                    epochs=args.epochs, max_steps=args.max_steps, seed=args.seed, device=args.device
+                ),
+                min_delta=args.min_gain,
+            )
+            from nbmemory.remote.shared import SharedMemory
+
+            memory = self.memory
+            local = memory.memory if isinstance(memory, SharedMemory) else memory
+            if local is None:
+                raise UsageError(
+                    f"{memory.path} is owned by another process (the Jupyter server or another kernel): "
+                    "run %memtune there, or `nbmemory tune` once it is closed"
+                )
+            progress = self._tune_progress()
+            report = local.tune(options, progress=progress)
+        print(report.summary())
+        return report
+
+    def _tune_progress(self) -> Any:
+        """A progress display for %memtune: a widget in a notebook, stderr lines in a terminal."""
+        phases = ("mining", "training", "embedding", "gate")
+        if self._use_widgets():
+            import ipywidgets as widgets
+
+            bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="tuning")
+            label = widgets.HTML("<small>starting</small>")
+            display(widgets.HBox([bar, label]))
+
+            def show(phase: str, fraction: float) -> None:
+                done = phases.index(phase) if phase in phases else len(phases)
+                bar.value = min(1.0, (done + fraction) / len(phases))
+                label.value = f"<small>{html.escape(phase)} {fraction:.0%}</small>"
+                if phase == "done":
+                    bar.bar_style = "success"
+
+            return show
+        if self.progress == "none":
+            return None
+        shown: dict[str, int] = {}
+
+        def text(phase: str, fraction: float) -> None:
+            step = int(fraction * 4)
+            if shown.get(phase) != step:
+                shown[phase] = step
+                print(f"{phase}: {fraction:.0%}", file=sys.stderr)
+
+        return text
 
     # -- reading ----------------------------------------------------------------------------
     @magic_arguments()

@@ -22,8 +22,8 @@ BM25's pick among them is right (on NFCorpus the median query is fully covered, 
 beats both retrievers there). So the lean (in [-1, 1], positive = BM25) is:
 
 * ``2 * evidence - 1`` when the evidence is below 0.5 (towards vectors), else 0;
-* ``2 * share - 1`` when identifiers the corpus holds carry a share above 0.5 of the query's
-  IDF mass (towards BM25): embeddings do not represent ``INC-4821``.
+* ``2 * share - 1`` when identifiers the corpus holds carry a share above 0.5 of the IDF mass
+  of the query terms the corpus holds (towards BM25): embeddings do not represent ``INC-4821``.
 
 The weights move symmetrically around 1: ``bm25 = 1 + strength * lean``, ``vector = 1 -
 strength * lean``, and each retriever's RRF constant is divided by its weight (a trusted
@@ -111,11 +111,13 @@ def fusion_weights(
         reason += ": BM25 can match it, equal weights"
     else:
         reason += ": wording the notes do not use, lean to vectors"
-    if found_ids and mass > 0:
-        # The identifiers' share of the query's IDF mass: all of "INC-4821", little of a long
-        # sentence that happens to mention "IL-6".
+    present = sum(value for value, df in idf.values() if df > 0)
+    if found_ids and present > 0:
+        # The identifiers' share of the IDF mass of the query terms the corpus holds: all of
+        # "INC-4821", little of a long sentence that happens to mention "IL-6". Words the
+        # corpus lacks do not dilute it: they cannot outvote an identifier it holds.
         id_terms = {t for name in found_ids for t in term_of[name]}
-        share = sum(idf[t][0] for t in id_terms if t in idf) / mass
+        share = sum(idf[t][0] for t in id_terms if t in idf) / present
         if share > 0.5:
             lean = 2.0 * share - 1.0
             reason = f"identifier {found_ids[0]!r} is in the corpus and carries {share:.0%} of the query's IDF mass"

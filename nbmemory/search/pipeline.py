@@ -224,6 +224,12 @@ def _timed_embed(embedder: Embedder, query: str) -> tuple[np.ndarray, float]:
     return vec, (time.perf_counter() - t0) * 1000
 
 
+_HIT_COLUMNS = (
+    "id, text, source, kind, namespace, heading, cell_id, cell_index, line_start, line_end, tags, "
+    "importance, updated_at"
+)
+
+
 class _Pool:
     """The fused candidates' stored data, fetched once and only when a stage asks for it."""
 
@@ -261,11 +267,12 @@ class _Pool:
                 out[i] = float(v @ q)
         return out
 
-    def _fetch(self) -> dict[int, tuple[Any, ...]]:
+    def rows(self) -> dict[int, tuple[Any, ...]]:
+        """Every candidate's live row: the columns of a hit, then the recency signals."""
         if self._rows is None:
             rows = self.db.fetchall(
-                "SELECT id, created_at, last_retrieved_at, importance, retrieval_count, "
-                "pinned FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                f"SELECT {_HIT_COLUMNS}, created_at, last_retrieved_at, retrieval_count, pinned "
+                "FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
                 [self.ids],
             )
             self._rows = {int(r[0]): r for r in rows}
@@ -273,15 +280,12 @@ class _Pool:
 
     def meta(self) -> dict[int, decay.ItemSignals]:
         return {
-            i: decay.ItemSignals(r[1], r[2], float(r[3]), int(r[4]), bool(r[5]))
-            for i, r in self._fetch().items()
+            i: decay.ItemSignals(r[13], r[14], float(r[11]), int(r[15]), bool(r[16])) for i, r in self.rows().items()
         }
 
     def texts(self, ids: list[int]) -> dict[int, str]:
-        rows = self.db.fetchall(
-            "SELECT id, heading, text FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids]
-        )
-        return {int(i): (f"{h}\n{t}" if h else str(t)) for i, h, t in rows}
+        rows = self.rows()
+        return {i: (f"{rows[i][5]}\n{rows[i][1]}" if rows[i][5] else str(rows[i][1])) for i in ids if i in rows}
 
 
 class SearchPipeline:
@@ -306,6 +310,7 @@ class SearchPipeline:
         rankings: dict[str, list[int]] = {}
         raw: dict[str, dict[int, float]] = {}
         qvec: np.ndarray | None = None
+        bm25_held: dict[int, set[str]] = {}
 
         # With cores to spare the query embedding (torch, outside the GIL) runs while BM25 runs
         # in DuckDB; on 2 cores the two slow each other down (measured: 13 ms -> 23-33 ms).
@@ -321,9 +326,12 @@ class SearchPipeline:
             t0 = time.perf_counter()
             rebuilt = fts.ensure_fresh(self.db)
             terms = fts.query_terms(self.db, query)
-            found = fts.search(self.db, terms, depth, where, params)
+            held: dict[int, set[str]] = {}
+            found = fts.search(self.db, terms, depth, where, params, matched=held)
             stage = trace.add(Stage("bm25", [i for i, _ in found], dict(found)))
             stage.notes = {"terms": terms, "index_rebuilt": rebuilt}
+            stage.detail = {i: "holds " + " ".join(sorted(held.get(i, ()))) for i in stage.output[:5]}
+            bm25_held = held
             stage.ms = (time.perf_counter() - t0) * 1000
             rankings["bm25"] = stage.output
             raw["bm25"] = stage.scores
@@ -347,7 +355,7 @@ class SearchPipeline:
 
         ranks = {name: {doc: r for r, doc in enumerate(ids, start=1)} for name, ids in rankings.items()}
         t0 = time.perf_counter()
-        evidence = self._evidence(query, trace, raw.get("bm25"))
+        evidence = self._evidence(query, trace, bm25_held)
         weights = dict(config.weights)
         ks: dict[str, float] = {}
         stage = Stage("rrf")
@@ -399,7 +407,7 @@ class SearchPipeline:
             rejected, reason = self._reject(order, raw.get("vector", {}), evidence.evidence, trace)
 
         t0 = time.perf_counter()
-        hits = [] if rejected else self._hydrate(order, query, ranks, raw)
+        hits = [] if rejected else self._hydrate(order, query, ranks, raw, pool.rows())
         thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
         if hits and pool.qvec is not None:
             sims = pool.similarities([h.id for h in hits])
@@ -411,21 +419,20 @@ class SearchPipeline:
         return SearchResult(query, hits, trace, rejected=rejected, reason=reason)
 
     # -- stages ---------------------------------------------------------------------------------
-    def _evidence(self, query: str, trace: Trace, bm25: dict[int, float] | None) -> QueryEvidence | None:
+    def _evidence(self, query: str, trace: Trace, held: dict[int, set[str]]) -> QueryEvidence | None:
         """Lexical evidence and adaptive weights; None when BM25 did not run."""
         stage = trace.stage("bm25")
-        if stage is None or bm25 is None:
+        if stage is None:
             return None
         terms: list[str] = stage.notes.get("terms", [])
         idf, unseen = fts.idfs(self.db, terms) if terms else ({}, 0.0)
         term_of = {name: fts.query_terms(self.db, name) for name in adaptive.identifiers(query)}
         top = stage.output[:5]
-        holds = fts.matched_terms(self.db, terms, top)
         return adaptive.fusion_weights(
             query,
             idf,
             unseen,
-            [holds.get(i, set()) for i in top],
+            [held.get(i, set()) for i in top],
             term_of,
             strength=self.config.adaptive_strength,
         )
@@ -565,23 +572,25 @@ class SearchPipeline:
         query: str,
         ranks: dict[str, dict[int, int]],
         raw: dict[str, dict[int, float]],
+        rows: dict[int, tuple[Any, ...]] | None = None,
     ) -> list[Hit]:
         if not fused:
             return []
         ids = [i for i, _ in fused]
-        rows = self.db.fetchall(
-            "SELECT id, text, source, kind, namespace, heading, cell_id, cell_index, line_start, "
-            "line_end, tags, importance, updated_at FROM chunks "
-            "WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
-            [ids],
-        )
-        by_id: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in rows}
+        by_id = dict(rows) if rows is not None else {}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            fetched = self.db.fetchall(
+                f"SELECT {_HIT_COLUMNS} FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
+                [missing],
+            )
+            by_id.update({int(r[0]): r for r in fetched})
         hits = []
         for doc, score in fused:
             row = by_id.get(doc)
             if row is None:
                 continue
-            (_, text, source, kind, ns, heading, cell_id, cell_index, ls, le, tags, imp, updated) = row
+            (_, text, source, kind, ns, heading, cell_id, cell_index, ls, le, tags, imp, updated) = row[:13]
             hits.append(
                 Hit(
                     id=doc,

@@ -227,37 +227,17 @@ def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], 
     return table, _idf(n, 0.0)
 
 
-def matched_terms(db: Database, terms: list[str], chunk_ids: list[int]) -> dict[int, set[str]]:
-    """Which of the query ``terms`` each of ``chunk_ids`` holds (in its text or heading)."""
-    if not terms or not chunk_ids or not index_exists(db):
-        return {}
-    by_id = {tid: term for term, tid, *_ in _term_stats(db, terms) if tid is not None}
-    out: dict[int, set[str]] = {}
-    if by_id:
-        for chunk_id, termid in db.fetchall(
-            f"SELECT chunk_id, termid FROM fts_postings WHERE termid IN ({', '.join(str(t) for t in by_id)}) "
-            "AND chunk_id IN (SELECT unnest(?::BIGINT[]))",
-            [chunk_ids],
-        ):
-            out.setdefault(int(chunk_id), set()).add(by_id[int(termid)])
-    if _corpus_stats(db)[2]:
-        for chunk_id, term in db.fetchall(
-            "SELECT DISTINCT chunk_id, term FROM fts_delta WHERE term IN (SELECT unnest(?::VARCHAR[])) "
-            "AND chunk_id IN (SELECT unnest(?::BIGINT[]))",
-            [terms, chunk_ids],
-        ):
-            out.setdefault(int(chunk_id), set()).add(str(term))
-    return out
-
-
 def search(
     db: Database,
     terms: list[str],
     limit: int,
     where: str = "TRUE",
     params: list[Any] | None = None,
+    matched: dict[int, set[str]] | None = None,
 ) -> list[tuple[int, float]]:
     """Top ``limit`` (chunk id, BM25 score) for ``terms`` among chunks matching ``where``.
+
+    When ``matched`` is given it is filled with the query terms each returned chunk holds.
 
     ``where`` is a condition on alias ``c`` (the chunks table). Filtering is exact: every
     posting of the query terms is scored, then filtered, then cut to ``limit``.
@@ -282,7 +262,8 @@ def search(
     if termids:
         parts.append(
             f"""
-            SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score
+            SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score,
+                   list('#' || p.termid::VARCHAR) AS held
             FROM fts_postings p
             JOIN (SELECT unnest(?::INTEGER[]) AS termid, unnest(?::DOUBLE[]) AS idf) q USING (termid)
             JOIN chunks c ON c.id = p.chunk_id
@@ -296,7 +277,7 @@ def search(
     if delta_terms:
         parts.append(
             f"""
-            SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score
+            SELECT c.id AS chunk_id, sum(q.idf * p.tf * {norm}) AS score, list(p.term) AS held
             FROM (
                 SELECT f.chunk_id, f.term,
                        sum(CASE WHEN f.field = 0 THEN f.tf ELSE {HEADING_WEIGHT} * f.tf END)::DOUBLE AS tf,
@@ -316,4 +297,8 @@ def search(
         return []
     sql = " UNION ALL ".join(f"({part})" for part in parts) + " ORDER BY score DESC, chunk_id LIMIT ?"
     rows = db.fetchall(sql, [*args, limit])
+    if matched is not None:
+        by_id = {f"#{tid}": term for term, tid, *_ in stats if tid is not None}
+        for r in rows:
+            matched.setdefault(int(r[0]), set()).update(by_id.get(t, t) for t in r[2])
     return [(int(r[0]), float(r[1])) for r in rows]
