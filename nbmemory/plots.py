@@ -37,6 +37,17 @@ def _title(text: str, query: str) -> alt.TitleParams:
     return alt.TitleParams(text, subtitle=f"query: {shown}", anchor="start")
 
 
+def _final_ids(result: SearchResult) -> list[int]:
+    """The ranking after every stage: the hits, else the last stage's output (a hand-made trace).
+
+    Not the fused stage's output: that is the candidate pool, which runs deeper than k.
+    """
+    if result.hits:
+        return result.ids
+    stages = [s for s in result.trace.stages if s.name != "hydrate"]
+    return list(stages[-1].output) if stages else []
+
+
 def candidate_frame(result: SearchResult) -> pl.DataFrame:
     """One row per candidate any retriever returned, with each retriever's rank and raw score.
 
@@ -56,8 +67,7 @@ def candidate_frame(result: SearchResult) -> pl.DataFrame:
     present = {name: s for name, s in stages.items() if s is not None}
     if not present:
         raise ConfigError("the result's trace has no bm25 or vector stage: pass a result from Memory.search")
-    fused = result.trace.stage("rrf")
-    fused_rank = {doc: r for r, doc in enumerate(fused.output if fused else result.ids, start=1)}
+    fused_rank = {doc: r for r, doc in enumerate(_final_ids(result), start=1)}
     snippets = {h.id: h.snippet for h in result.hits}
     ids: list[int] = []
     for stage in present.values():
@@ -220,6 +230,8 @@ def contribution(result: SearchResult) -> alt.Chart:
         raise ConfigError("the result's trace has no rrf stage: pass a result from Memory.search")
     rrf_k = int(fused.notes.get("k", 60))
     weights: dict[str, float] = dict(fused.notes.get("weights", {}))
+    # Adaptive fusion gives each retriever its own constant.
+    ks: dict[str, float] = dict(fused.notes.get("ks", {}))
     ranks: dict[str, dict[int, int]] = {}
     for name in RETRIEVERS:
         stage = result.trace.stage(name)
@@ -228,7 +240,7 @@ def contribution(result: SearchResult) -> alt.Chart:
     hits = {h.id: h for h in result.hits}
     rows: list[dict[str, Any]] = []
     labels = []
-    for position, doc in enumerate(fused.output, start=1):
+    for position, doc in enumerate(_final_ids(result), start=1):
         label = _item_label(position, doc, hits.get(doc))
         labels.append(label)
         for name, by_doc in ranks.items():
@@ -239,7 +251,7 @@ def contribution(result: SearchResult) -> alt.Chart:
                         "id": doc,
                         "retriever": name,
                         "rank": by_doc[doc],
-                        "contribution": weights.get(name, 1.0) / (rrf_k + by_doc[doc]),
+                        "contribution": weights.get(name, 1.0) / (ks.get(name, rrf_k) + by_doc[doc]),
                     }
                 )
     frame = pl.DataFrame(
