@@ -52,10 +52,17 @@ def toy_cross_encoder() -> str:
     )
     with tempfile.TemporaryDirectory() as tmp:
         args = CrossEncoderTrainingArguments(
-            output_dir=tmp, num_train_epochs=1, per_device_train_batch_size=8, seed=3, report_to="none",
-            save_strategy="no", use_cpu=True,
+            output_dir=tmp,
+            num_train_epochs=1,
+            per_device_train_batch_size=8,
+            seed=3,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
         )
-        CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)).train()
+        CrossEncoderTrainer(
+            model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)
+        ).train()
     model.save(str(target))
     return str(target)
 
@@ -87,7 +94,9 @@ def gate_stats(mem: Memory, queries: list[str], config: PipelineConfig, k: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reranker", help="CrossEncoder name or folder (default: a toy one trained here)")
     parser.add_argument("--data", nargs="*", default=["../shared/datasets/beir/scifact"], help="BEIR folders")
     parser.add_argument("--depth", type=int, default=20, help="candidates the cross-encoder scores")
@@ -97,13 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     reranker = args.reranker or toy_cross_encoder()
     config = PipelineConfig(reranker=reranker, rerank_depth=args.depth)
     embedder = make_embedder(None)
-    out: dict[str, Any] = {"reranker": reranker if args.reranker else "toy (quality meaningless)",
-                           "depth": args.depth}
+    out: dict[str, Any] = {
+        "reranker": reranker if args.reranker else "toy (quality meaningless)",
+        "depth": args.depth,
+    }
 
     scenario = generate(7)
-    with tempfile.TemporaryDirectory() as tmp, Memory(
-        Path(tmp) / "s.duckdb", embedder=CachedEmbedder(embedder, "scenario-7"), namespace="scenario"
-    ) as mem:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Memory(
+            Path(tmp) / "s.duckdb", embedder=CachedEmbedder(embedder, "scenario-7"), namespace="scenario"
+        ) as mem,
+    ):
         ids = mem.remember_many([i.text for i in scenario.items], sources=[i.source for i in scenario.items])
         _apply_timeline(mem, scenario, ids)
         out["scenario"] = gate_stats(mem, [q.text for q in scenario.queries], config, 10)

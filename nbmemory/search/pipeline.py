@@ -280,12 +280,15 @@ class _Pool:
 
     def meta(self) -> dict[int, decay.ItemSignals]:
         return {
-            i: decay.ItemSignals(r[13], r[14], float(r[11]), int(r[15]), bool(r[16])) for i, r in self.rows().items()
+            i: decay.ItemSignals(r[13], r[14], float(r[11]), int(r[15]), bool(r[16]))
+            for i, r in self.rows().items()
         }
 
     def texts(self, ids: list[int]) -> dict[int, str]:
         rows = self.rows()
-        return {i: (f"{rows[i][5]}\n{rows[i][1]}" if rows[i][5] else str(rows[i][1])) for i in ids if i in rows}
+        return {
+            i: (f"{rows[i][5]}\n{rows[i][1]}" if rows[i][5] else str(rows[i][1])) for i in ids if i in rows
+        }
 
 
 class SearchPipeline:

@@ -55,8 +55,12 @@ def test_no_answer_query_is_rejected_and_answerable_ones_are_not(mem: Memory, no
     hit = mem.search("how do I restart the ingest worker", k=5, log=False)
     assert not hit.rejected and hit.ids[0] == notes["To"]
     # The same miss with the stage off returns its (weak) best guesses.
-    assert mem.search("kubernetes pod eviction thresholds for gpu nodes", k=5, log=False,
-                      config=PipelineConfig(reject=False)).hits
+    assert mem.search(
+        "kubernetes pod eviction thresholds for gpu nodes",
+        k=5,
+        log=False,
+        config=PipelineConfig(reject=False),
+    ).hits
 
 
 def test_hits_carry_similarity_and_tier(mem: Memory, notes: dict[str, int]) -> None:
@@ -96,8 +100,9 @@ def test_recency_prefers_the_newer_of_two_equal_notes(mem: Memory) -> None:
     mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, b.id])
     mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, a.id])
     mem.db.execute("UPDATE chunks SET created_at = ? WHERE id = ?", [utcnow() - timedelta(days=2), a.id])
-    result = mem.search("who is on call for the export scheduler", k=2, log=False,
-                        config=PipelineConfig(recency=True))
+    result = mem.search(
+        "who is on call for the export scheduler", k=2, log=False, config=PipelineConfig(recency=True)
+    )
     assert result.ids[0] == a.id
     assert "age 2 d" in result.trace.stage("recency").detail[a.id]  # type: ignore[union-attr]
 
@@ -110,8 +115,12 @@ def test_mmr_changes_order_only_when_on(mem: Memory, notes: dict[str, int]) -> N
         ]
     )
     plain = mem.search("rotate the payments token", k=4, log=False, config=PipelineConfig(dedup=False))
-    diverse = mem.search("rotate the payments token", k=4, log=False,
-                         config=PipelineConfig(dedup=False, mmr=True, mmr_lambda=0.3))
+    diverse = mem.search(
+        "rotate the payments token",
+        k=4,
+        log=False,
+        config=PipelineConfig(dedup=False, mmr=True, mmr_lambda=0.3),
+    )
     assert plain.trace.stage("mmr") is None and diverse.trace.stage("mmr") is not None
     # Three near-copies lead the plain top 3; MMR lets something else in.
     assert len(set(diverse.ids[:3]) - set(plain.ids[:3])) >= 1
@@ -120,8 +129,19 @@ def test_mmr_changes_order_only_when_on(mem: Memory, notes: dict[str, int]) -> N
 def test_explain_shows_each_stage_what_moved_and_why(mem: Memory, notes: dict[str, int]) -> None:
     mem.remember("Rotate the API token for the payments service every 90 days with vault.")
     text = mem.search("rotate api token", k=5, log=False, config=PipelineConfig(recency=True)).explain()
-    for part in ("[bm25]", "[vector]", "[rrf]", "[recency]", "[dedup]", "[reject]", "[hydrate]",
-                 "weights=", "why=", "dropped #", "duplicate of"):
+    for part in (
+        "[bm25]",
+        "[vector]",
+        "[rrf]",
+        "[recency]",
+        "[dedup]",
+        "[reject]",
+        "[hydrate]",
+        "weights=",
+        "why=",
+        "dropped #",
+        "duplicate of",
+    ):
         assert part in text, (part, text)
 
 
@@ -144,11 +164,21 @@ def tiny_cross_encoder() -> Iterator[str]:
     ] * 4
     with tempfile.TemporaryDirectory() as tmp:
         model = CrossEncoder(str(bundled_model_path()), num_labels=1, max_length=64, device="cpu")
-        data = Dataset.from_dict({"query": [p[0] for p in pairs], "text": [p[1] for p in pairs],
-                                  "label": [p[2] for p in pairs]})
-        args = CrossEncoderTrainingArguments(output_dir=tmp, num_train_epochs=2, per_device_train_batch_size=8,
-                                             seed=3, report_to="none", save_strategy="no", use_cpu=True)
-        CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)).train()
+        data = Dataset.from_dict(
+            {"query": [p[0] for p in pairs], "text": [p[1] for p in pairs], "label": [p[2] for p in pairs]}
+        )
+        args = CrossEncoderTrainingArguments(
+            output_dir=tmp,
+            num_train_epochs=2,
+            per_device_train_batch_size=8,
+            seed=3,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+        )
+        CrossEncoderTrainer(
+            model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)
+        ).train()
         model.save(f"{tmp}/ce")
         yield f"{tmp}/ce"
     rerank_mod.load_reranker.cache_clear()
@@ -159,7 +189,13 @@ def test_reranker_runs_only_when_the_gate_opens_and_blends_by_rank(
 ) -> None:
     config = PipelineConfig(reranker=tiny_cross_encoder, rerank_depth=5, dedup=False, reject=False)
     ran: list[Any] = []
-    for query in ("INC-4821", "token rotation", "what do I use for dataframes", "lunch time", "restart things"):
+    for query in (
+        "INC-4821",
+        "token rotation",
+        "what do I use for dataframes",
+        "lunch time",
+        "restart things",
+    ):
         result = mem.search(query, k=5, log=False, config=config)
         stage = result.trace.stage("rerank")
         assert stage is not None and isinstance(stage.notes["ran"], bool) and stage.notes["why"]
@@ -169,7 +205,11 @@ def test_reranker_runs_only_when_the_gate_opens_and_blends_by_rank(
             assert fused is not None
             head = fused.output[:5]
             model = rerank_mod.load_reranker(tiny_cross_encoder)
-            texts = dict(mem.db.fetchall("SELECT id, text FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [head]))
+            texts = dict(
+                mem.db.fetchall(
+                    "SELECT id, text FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [head]
+                )
+            )
             ce = dict(zip(head, model.score(query, [texts[i] for i in head]).tolist(), strict=True))
             expected = [i for i, _ in rerank_mod.blend(fused.output, ce, k=60)][:5]
             assert result.ids == expected
@@ -187,5 +227,5 @@ def test_missing_reranker_is_a_clear_error(mem: Memory, notes: dict[str, int], t
     from nbmemory.errors import ConfigError
 
     config = PipelineConfig(reranker=str(tmp_path / "no-such-model"), rerank_gate=None)
-    with pytest.raises(ConfigError, match="reranker .* not found"):
+    with pytest.raises(ConfigError, match=r"reranker .* not found"):
         mem.search("token", k=3, log=False, config=config)

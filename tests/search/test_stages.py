@@ -64,7 +64,9 @@ def test_per_retriever_k_sharpens_the_trusted_list() -> None:
     # Weights alone, even 9:1, leave bm25 #4 + vector #1 above bm25 #1 (RRF at k=60 is flat)...
     assert rrf(rankings, k=60, weights={"bm25": 1.8, "vector": 0.2})[0][0] == "wrong"
     # ...the constant divided by the weight lets the trusted #1 win.
-    sharp = rrf(rankings, k=60, weights={"bm25": 1.8, "vector": 0.2}, ks={"bm25": 60 / 1.8, "vector": 60 / 0.2})
+    sharp = rrf(
+        rankings, k=60, weights={"bm25": 1.8, "vector": 0.2}, ks={"bm25": 60 / 1.8, "vector": 60 / 0.2}
+    )
     assert sharp[0][0] == "right"
     assert dict(sharp)["right"] == pytest.approx(1.8 / (60 / 1.8 + 1))
 
