@@ -22,7 +22,7 @@ def recency_factor(
     item: ItemSignals,
     now: datetime,
     half_life_days: float = 30.0,
-    weight: float = 0.2,
+    weight: float = 0.05,
 ) -> tuple[float, str]:
     """A multiplier in ``[1 - weight, 1 + weight]`` for an item's fused score, and why.
 

@@ -134,9 +134,10 @@ def test_recency_factor_is_bounded_and_prefers_recent_important_items() -> None:
     pinned = ItemSignals(now - timedelta(days=900), None, 0.0, 0, True)
     f_fresh, _ = recency_factor(fresh, now)
     f_old, why = recency_factor(old, now)
-    assert 0.8 <= f_old < f_fresh <= 1.2 and "age 365 d" in why
+    assert 0.95 <= f_old < f_fresh <= 1.05 and "age 365 d" in why
+    assert recency_factor(old, now, weight=0.2)[0] < f_old
     assert recency_factor(old_but_used, now)[0] > f_old  # last retrieval counts, not creation
-    assert recency_factor(pinned, now)[0] == pytest.approx(1.2)
+    assert recency_factor(pinned, now)[0] == pytest.approx(1.05)
     with pytest.raises(ValueError, match="half_life_days"):
         recency_factor(fresh, now, half_life_days=0)
 
