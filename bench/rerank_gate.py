@@ -27,44 +27,22 @@ from nbmemory.eval.scenario import _apply_timeline, generate
 from nbmemory.memory import Memory
 from nbmemory.search.pipeline import PipelineConfig
 
+TOY_PAIRS = [
+    ("rotate the api token", "Rotate the API token every 90 days with vault", 1.0),
+    ("rotate the api token", "Our cafeteria serves lunch at noon", 0.0),
+    ("restart the worker", "Restart the worker with systemctl", 1.0),
+    ("restart the worker", "I prefer polars over pandas", 0.0),
+] * 4
+
 
 def toy_cross_encoder() -> str:
     """A cross-encoder trained from 16 pairs, cached under the eval cache (quality: none)."""
     target = cache_root() / "toy-cross-encoder"
     if (target / "config.json").exists():
         return str(target)
-    from datasets import Dataset
-    from sentence_transformers import CrossEncoder
-    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from nbmemory.search.rerank import train_cross_encoder
 
-    from nbmemory.embed.sentence import bundled_model_path
-
-    pairs = [
-        ("rotate the api token", "Rotate the API token every 90 days with vault", 1.0),
-        ("rotate the api token", "Our cafeteria serves lunch at noon", 0.0),
-        ("restart the worker", "Restart the worker with systemctl", 1.0),
-        ("restart the worker", "I prefer polars over pandas", 0.0),
-    ] * 4
-    model = CrossEncoder(str(bundled_model_path()), num_labels=1, max_length=256, device="cpu")
-    data = Dataset.from_dict(
-        {"query": [p[0] for p in pairs], "text": [p[1] for p in pairs], "label": [p[2] for p in pairs]}
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        args = CrossEncoderTrainingArguments(
-            output_dir=tmp,
-            num_train_epochs=1,
-            per_device_train_batch_size=8,
-            seed=3,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=True,
-        )
-        CrossEncoderTrainer(
-            model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)
-        ).train()
-    model.save(str(target))
-    return str(target)
+    return train_cross_encoder(TOY_PAIRS, str(target))
 
 
 def gate_stats(mem: Memory, queries: list[str], config: PipelineConfig, k: int) -> dict[str, Any]:

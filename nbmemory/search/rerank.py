@@ -66,6 +66,52 @@ class CrossEncoderReranker:
         return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)[:, -1]
 
 
+def train_cross_encoder(
+    pairs: Sequence[tuple[str, str, float]],
+    out: str,
+    base: str | None = None,
+    epochs: int = 1,
+    seed: int = 3,
+    max_length: int = 256,
+) -> str:
+    """Train a CrossEncoder on (query, text, label in [0, 1]) pairs and save it to ``out``.
+
+    ``base`` is any sentence-transformers / Hugging Face encoder folder or name (default: the
+    bundled all-MiniLM-L6-v2, which gets a fresh one-logit head). On CPU, with the ``[train]``
+    extra. Returns ``out``.
+    """
+    import tempfile
+
+    from datasets import Dataset
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+
+    from nbmemory.embed.sentence import bundled_model_path
+
+    if not pairs:
+        raise ValueError("pairs must not be empty")
+    model = CrossEncoder(base or str(bundled_model_path()), num_labels=1, max_length=max_length, device="cpu")
+    data = Dataset.from_dict(
+        {"query": [p[0] for p in pairs], "text": [p[1] for p in pairs], "label": [float(p[2]) for p in pairs]}
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        args = CrossEncoderTrainingArguments(
+            output_dir=tmp,
+            num_train_epochs=epochs,
+            per_device_train_batch_size=8,
+            seed=seed,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+        )
+        CrossEncoderTrainer(
+            model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)
+        ).train()
+    model.save(out)
+    return out
+
+
 @lru_cache(maxsize=2)
 def load_reranker(model: str, device: str | None = None) -> CrossEncoderReranker:
     """One loaded cross-encoder per (model, device), shared by every search."""

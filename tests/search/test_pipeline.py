@@ -149,13 +149,6 @@ def test_explain_shows_each_stage_what_moved_and_why(mem: Memory, notes: dict[st
 @pytest.fixture(scope="module")
 def tiny_cross_encoder() -> Iterator[str]:
     """A cross-encoder trained here from a handful of pairs (no weights ship in any package)."""
-    from datasets import Dataset
-    from sentence_transformers import CrossEncoder
-    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
-
-    from nbmemory.embed.sentence import bundled_model_path
-
     pairs = [
         ("rotate the api token", "Rotate the API token every 90 days with vault", 1.0),
         ("rotate the api token", "Our cafeteria serves lunch at noon", 0.0),
@@ -163,24 +156,7 @@ def tiny_cross_encoder() -> Iterator[str]:
         ("restart the worker", "I prefer polars over pandas", 0.0),
     ] * 4
     with tempfile.TemporaryDirectory() as tmp:
-        model = CrossEncoder(str(bundled_model_path()), num_labels=1, max_length=64, device="cpu")
-        data = Dataset.from_dict(
-            {"query": [p[0] for p in pairs], "text": [p[1] for p in pairs], "label": [p[2] for p in pairs]}
-        )
-        args = CrossEncoderTrainingArguments(
-            output_dir=tmp,
-            num_train_epochs=2,
-            per_device_train_batch_size=8,
-            seed=3,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=True,
-        )
-        CrossEncoderTrainer(
-            model=model, args=args, train_dataset=data, loss=BinaryCrossEntropyLoss(model)
-        ).train()
-        model.save(f"{tmp}/ce")
-        yield f"{tmp}/ce"
+        yield rerank_mod.train_cross_encoder(pairs, f"{tmp}/ce", epochs=2, max_length=64)
     rerank_mod.load_reranker.cache_clear()
 
 
