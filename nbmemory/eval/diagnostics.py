@@ -26,7 +26,6 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from nbmemory.eval.cache import cache_root
 from nbmemory.eval.scenario import wilson
 from nbmemory.search.reject import bundled_thresholds_path, load_thresholds, thresholds_path  # noqa: F401
 

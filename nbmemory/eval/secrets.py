@@ -771,7 +771,12 @@ def _passwords(rng: random.Random, per_format: int) -> list[SecretCase]:
                     "password-assignment",
                     (p,),
                     template.format(p=p),
-                    name.split("-")[0],
+                    {
+                        "secret-key": "python",
+                        "client-secret": "env",
+                        "cli-flag": "shell",
+                        "docker-run": "shell",
+                    }.get(name, name.split("-")[0]),
                     also_ok=("high-entropy", "url-password"),
                 )
             )

@@ -31,6 +31,8 @@ TRACEBACK_LINES = 5
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 # A repr like "<Figure size 640x480 with 1 Axes>" stands in for a rich output.
 _REPR_PLACEHOLDER = re.compile(r"<[^\n]*>")
+# Where an output may be cut: whitespace, or punctuation no credential contains.
+_BREAK = re.compile(r"[\s;,&|\"'()\[\]{}<>]")
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _V3_MIME = {
     "text": "text/plain",
@@ -73,8 +75,13 @@ def _clean_output(text: str) -> str:
     lines = [line.rstrip() for line in text.split("\n")]
     text = "\n".join(line for line in lines if line).strip("\n")
     if len(text) > MAX_OUTPUT_CHARS:
-        cut = len(text) - MAX_OUTPUT_CHARS
-        text = f"{text[:MAX_OUTPUT_CHARS].rstrip()}\n... [truncated {cut} chars]"
+        head = text[:MAX_OUTPUT_CHARS]
+        # Never keep half a token: the half of a secret cut here would escape redaction.
+        if not _BREAK.match(text, MAX_OUTPUT_CHARS):
+            ends = [m.end() for m in _BREAK.finditer(head, MAX_OUTPUT_CHARS // 2)]
+            if ends:
+                head = head[: ends[-1]]
+        text = f"{head.rstrip()}\n... [truncated {len(text) - len(head)} chars]"
     return text
 
 

@@ -32,6 +32,7 @@ __all__ = [
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？])[^\S\n]+")
 _SPACE = re.compile(r"[^\S\n]+")
 _NEWLINES = re.compile(r"\n*")
+_PUNCT_CUT = re.compile(r"[;,&|\"'()\[\]{}<>]")
 _TRAILING_SPACE = re.compile(r"[^\S\n](?=\n|\Z)")
 # A markdown ATX heading paragraph, kept with the paragraph it introduces.
 _HEADING_PARAGRAPH = re.compile(r" {0,3}#{1,6}(?:[ \t][^\n]*)?")
@@ -150,6 +151,11 @@ def _find_cut(s: str, pos: int, max_chars: int, headings: bool) -> tuple[int, in
         best = (m.start(), m.end())
     if best is not None:
         return best
+    # No space in reach (minified code, a long query string): cut after punctuation no
+    # credential contains rather than inside a token, which would leave half a secret.
+    m = _last_match(_PUNCT_CUT, s, pos + 1, end)
+    if m is not None:
+        return m.end(), m.end()
     # A token longer than the cap at the start of the piece: cut it anywhere.
     return end, end
 

@@ -97,23 +97,31 @@ class SharedMemory:
         if method in _KEYED and kwargs.get("request_key") is None:
             kwargs["request_key"] = uuid.uuid4().hex
         deadline = time.monotonic() + FAILOVER_SECONDS
-        while True:
-            if self._local is not None:
-                with self._lock:
+        request = wire.dumps({"method": method, "args": args, "kwargs": kwargs})
+        # One request at a time per process, owner or client: the connection carries one
+        # request and its reply at a time (threads sharing it would read each other's replies),
+        # and a failover must run once, not once per waiting thread.
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise NbMemoryError("this memory connection is closed")
+                if self._local is not None:
                     return getattr(self._local, method)(*args, **kwargs)
-            assert self._conn is not None
-            try:
-                self._conn.send_bytes(wire.dumps({"method": method, "args": args, "kwargs": kwargs}))
-                reply = wire.loads(self._conn.recv_bytes())
-            except (EOFError, OSError):
-                # The owner is gone: find the new one, or become it, then send the request again.
-                self._drop_conn()
-                self.failovers += 1
-                self._attach(deadline)
-                continue
-            if "error" in reply:
-                wire.raise_error(reply["error"])
-            return reply["ok"]
+                assert self._conn is not None
+                try:
+                    self._conn.send_bytes(request)
+                    reply = wire.loads(self._conn.recv_bytes())
+                except (EOFError, OSError):
+                    # The owner is gone: find the new one, or become it, then send the request again.
+                    self._drop_conn()
+                    if self._closed:
+                        raise NbMemoryError("this memory connection is closed") from None
+                    self.failovers += 1
+                    self._attach(deadline)
+                    continue
+                if "error" in reply:
+                    wire.raise_error(reply["error"])
+                return reply["ok"]
 
     def _drop_conn(self) -> None:
         if self._conn is not None:
@@ -161,8 +169,8 @@ class SharedMemory:
     def links(self, item_id: int) -> Any:
         return self._call("links", item_id)
 
-    def related(self, item_id: int, k: int = 5) -> Any:
-        return self._call("related", item_id, k=k)
+    def related(self, item_id: int, k: int = 5, namespace: str | None = None) -> Any:
+        return self._call("related", item_id, k=k, namespace=namespace)
 
     def search(self, query: str, k: int = 10, **kwargs: Any) -> Any:
         return self._call("search", query, k, **kwargs)
@@ -183,6 +191,9 @@ class SharedMemory:
     def reembed(self) -> Any:
         return self._call("reembed")
 
+    def models(self) -> Any:
+        return self._call("models")
+
     def ping(self) -> Any:
         return self._call("ping") if self._local is None else {"pid": os.getpid()}
 
@@ -191,6 +202,9 @@ class SharedMemory:
         if self._closed:
             return
         self._closed = True
+        # The exit hook holds a reference: drop it, or every connect() of a long-lived process
+        # would keep its object alive until exit.
+        atexit.unregister(self.close)
         self._drop_conn()
         if self._server is not None:
             self._server.close()

@@ -27,6 +27,12 @@ from nbmemory.errors import NbMemoryError, NotFoundError
 from nbmemory.server import ServerState
 
 MAX_K = 200
+MAX_NAMESPACE = 200
+# A remembered note is short; a larger document goes through `index`. Bodies are checked before
+# parsing, texts before redaction and embedding (both cost time in proportion to the size).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_TEXT_CHARS = 1_000_000
+MAX_PATH_CHARS = 4096
 KINDS = ("markdown", "notebook", "code", "text", "memory")
 
 
@@ -109,6 +115,13 @@ class MemoryHandler(APIHandler):
             raise _fail(400, str(exc)) from exc
 
     def body(self) -> dict[str, Any]:
+        size = len(self.request.body or b"")
+        if size > MAX_BODY_BYTES:
+            raise _fail(
+                413,
+                f"the request body is {size} bytes; the nbmemory API takes at most {MAX_BODY_BYTES} "
+                "(index large documents as files instead)",
+            )
         try:
             data = self.get_json_body()
         except tornado.web.HTTPError as exc:
@@ -118,6 +131,17 @@ class MemoryHandler(APIHandler):
         if not isinstance(data, dict):
             raise _fail(400, "the request body must be a JSON object")
         return data
+
+    def raw_query_argument(self, name: str) -> str | None:
+        """A query argument exactly as sent: tornado's getters strip spaces and turn control
+        characters into spaces, which would read namespace "A " as "A"."""
+        values = self.request.query_arguments.get(name)
+        if not values:
+            return None
+        try:
+            return values[-1].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _fail(400, f"{name} is not valid UTF-8") from None
 
     def int_arg(self, name: str, value: Any, default: int, low: int = 1, high: int = MAX_K) -> int:
         if value is None or value == "":
@@ -153,14 +177,38 @@ class MemoryHandler(APIHandler):
         """Resolve a path named by a request; 403 unless it lies inside the server root."""
         if not isinstance(raw, str) or not raw.strip():
             raise _fail(400, f"{what} must be a non-empty string")
+        if "\x00" in raw:
+            raise _fail(400, f"{what} must not contain NUL characters")
+        if len(raw) > MAX_PATH_CHARS:
+            raise _fail(400, f"{what} is too long: {len(raw)} characters, at most {MAX_PATH_CHARS}")
         root = self.state.root_dir
         candidate = Path(raw).expanduser()
         if ".." in candidate.parts:
             raise _fail(403, f"{what} {raw!r} leaves the server root: '..' is not allowed")
-        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        try:
+            resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:  # a name too long, a symlink loop
+            raise _fail(400, f"{what} {raw!r} cannot be resolved: {type(exc).__name__}") from None
         if resolved != root and root not in resolved.parents:
             raise _fail(403, f"{what} {raw!r} is outside the server root")
         return resolved
+
+
+def _link_out(folder: Path, root: Path) -> Path | None:
+    """The first file the indexer would read under ``folder`` that links outside ``root``.
+
+    The indexer follows symlinked files (not folders): one inside the root can point anywhere.
+    """
+    from nbmemory.ingest.indexer import walk
+
+    for file in walk(folder):
+        try:
+            target = file.resolve()
+        except (OSError, RuntimeError):
+            return file
+        if target != root and root not in target.parents:
+            return file
+    return None
 
 
 def _item_dict(item: Any, root: Path) -> dict[str, Any]:
@@ -185,7 +233,8 @@ class SearchHandler(MemoryHandler):
             raise _fail(400, f"kind must be one of {', '.join(KINDS)}, got {unknown[0]!r}")
         explain = self.get_query_argument("explain", "0").lower() in ("1", "true", "yes")
         kwargs: dict[str, Any] = {
-            "namespace": self.get_query_argument("ns", None) or None,
+            # Not stripped: "A " is another namespace than "A", and must not be read as it.
+            "namespace": _namespace(self.raw_query_argument("ns")),
             "kind": kinds or None,
             "tags": [t for t in self.get_query_arguments("tag") if t],
             "since": self.get_query_argument("since", None) or None,
@@ -222,11 +271,25 @@ def _tags(value: Any) -> list[str]:
     return value
 
 
+def _text_size(text: str) -> None:
+    if len(text) > MAX_TEXT_CHARS:
+        raise _fail(
+            413,
+            f"text is {len(text)} characters; one item holds at most {MAX_TEXT_CHARS} over this API "
+            "(index large documents as files instead)",
+        )
+
+
 def _namespace(value: Any) -> str | None:
+    """A namespace named by a request: any text up to MAX_NAMESPACE characters, no control characters."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise _fail(400, "namespace must be a string")
+        raise _fail(400, f"namespace must be a string, got {type(value).__name__}")
+    if len(value) > MAX_NAMESPACE:
+        raise _fail(400, f"namespace must be at most {MAX_NAMESPACE} characters, got {len(value)}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise _fail(400, "namespace must not contain control characters (tabs, newlines, NUL)")
     return value
 
 
@@ -243,6 +306,7 @@ class RememberHandler(MemoryHandler):
         text = body.get("text")
         if not isinstance(text, str) or not text.strip():
             raise _fail(400, "text is required")
+        _text_size(text)
         kwargs: dict[str, Any] = {"namespace": _namespace(body.get("namespace"))}
         if body.get("tags") is not None:
             kwargs["tags"] = _tags(body["tags"])
@@ -285,6 +349,7 @@ class ItemHandler(MemoryHandler):
         if body.get("text") is not None:
             if not isinstance(body["text"], str) or not body["text"].strip():
                 raise _fail(400, "text must be a non-empty string")
+            _text_size(body["text"])
             changes["text"] = body["text"]
         if not changes:
             raise _fail(400, "nothing to change: give importance, pinned, tags or text")
@@ -329,13 +394,14 @@ class StatsHandler(MemoryHandler):
 
 
 class RelatedHandler(MemoryHandler):
-    """``GET /nbmemory/related/<id>?k=5``."""
+    """``GET /nbmemory/related/<id>?k=5&ns=``."""
 
     @tornado.web.authenticated
     async def get(self, raw_id: str) -> None:
         item_id = self.item_id(raw_id)
         k = self.int_arg("k", self.get_query_argument("k", None), 5)
-        hits = await self.call(lambda mem: mem.related(item_id, k=k))
+        ns = _namespace(self.raw_query_argument("ns"))
+        hits = await self.call(lambda mem: mem.related(item_id, k=k, namespace=ns))
         self.reply({"id": item_id, "hits": self.hits(hits)})
 
 
@@ -382,8 +448,18 @@ class IndexHandler(MemoryHandler):
         missing = [p for p, r in zip(raw, resolved, strict=True) if not r.exists()]
         if missing:
             raise _fail(404, f"no such file or folder: {missing[0]}")
-        job = IndexJob(uuid.uuid4().hex[:12], [str(p) for p in resolved], _namespace(body.get("namespace")))
+        namespace = _namespace(body.get("namespace"))
         state = self.state
+        for folder in (r for r in resolved if r.is_dir()):
+            link = await IOLoop.current().run_in_executor(state.executor, _link_out, folder, state.root_dir)
+            if link is not None:
+                shown = link.relative_to(state.root_dir).as_posix() if state.root_dir in link.parents else link.name
+                raise _fail(
+                    403,
+                    f"{shown} links to a file outside the server root: remove the link, or index the "
+                    "files inside the root one by one",
+                )
+        job = IndexJob(uuid.uuid4().hex[:12], [str(p) for p in resolved], namespace)
         state.jobs[job.id] = job
         state.job_executor.submit(lambda: _run_index(state.memory(), job))
         self.reply(job.to_dict(state.root_dir), status=202)

@@ -293,6 +293,40 @@ def build_positives() -> list[Case]:
     ):
         value = rand(ALNUM, 40)
         cases.append(Case("high-entropy", value, template.format(s=value)))
+    for _ in range(3):
+        sig = base64.b64encode(RNG.randbytes(32)).decode().replace("+", "%2B").replace("/", "%2F")
+        cases += in_contexts(
+            "azure-sas-token",
+            sig.replace("=", "%3D"),
+            "https://demo.blob.core.windows.net/data/x.csv?sv=2022-11-02&sp=r&se=2024-07-01&sig={s}",
+        )
+    cases += shaped(
+        "azure-client-secret",
+        *(rand(ALNUM, 3) + RNG.choice(DIGITS) + "Q~" + rand(ALNUM + "_~.-", 34) for _ in range(3)),
+    )
+    cases += shaped(
+        "docker-token",
+        "dckr_pat_" + rand(URLSAFE, 27),
+        "dckr_pat_" + rand(URLSAFE, 27),
+        "dckr_oat_" + rand(URLSAFE, 32),
+    )
+    cases += shaped(
+        "atlassian-api-token",
+        "ATATT3xFfGF0" + rand(URLSAFE, 170) + "=" + rand(HEX.upper(), 8),
+        "ATATT3xFfGF0" + rand(URLSAFE, 170) + "=" + rand(HEX.upper(), 8),
+        "ATBB" + rand(ALNUM, 32),
+    )
+    cases += shaped(
+        "databricks-token", "dapi" + rand(HEX, 32), "dapi" + rand(HEX, 32) + "-2", "dose" + rand(HEX, 32)
+    )
+    cases += shaped(
+        "api-token",
+        f"glsa_{rand(ALNUM, 32)}_{rand(HEX, 8)}",
+        "hvs." + rand(URLSAFE, 90),
+        "lin_api_" + rand(ALNUM, 40),
+        f"{rand(HEX, 32)}-us14",
+        "AGE-SECRET-KEY-1" + rand("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 58),
+    )
     return cases
 
 
