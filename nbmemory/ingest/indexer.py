@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,15 +79,16 @@ class _FilePlan:
     doc_id: int | None
 
 
-def walk(root: Path) -> Iterator[Path]:
+def walk(root: Path, onerror: Callable[[OSError], None] | None = None) -> Iterator[Path]:
     """Files under ``root`` that have an ingestible kind; hidden and junk folders skipped.
 
-    Symlinked folders are not followed (no loops); symlinked files are.
+    Symlinked folders are not followed (no loops); symlinked files are. A folder that cannot
+    be listed is passed to ``onerror`` (and otherwise ignored).
     """
     if root.is_file():
         yield root
         return
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=None):
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=onerror):
         dirnames[:] = sorted(
             d
             for d in dirnames
@@ -98,6 +100,28 @@ def walk(root: Path) -> Iterator[Path]:
             if name.startswith(".") or kind_of(name) is None:
                 continue
             yield Path(dirpath) / name
+
+
+def shown_path(path: str) -> str:
+    """``path`` as printable UTF-8: undecodable name bytes are shown as ``\\xNN`` escapes."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
+
+
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
 
 
 class Indexer:
@@ -131,12 +155,22 @@ class Indexer:
         roots = [Path(p).expanduser().absolute() for p in paths]
         for root in roots:
             if not root.exists():
-                report.skipped.append((str(root), "no such file or folder"))
-                self.log(f"skipped {root}: no such file or folder")
+                # Path.exists() is False for a dangling link and for a symlink loop alike.
+                reason = "broken symlink or symlink loop" if root.is_symlink() else "no such file or folder"
+                report.skipped.append((shown_path(str(root)), reason))
+                self.log(f"skipped {shown_path(str(root))}: {reason}")
         roots = [r for r in roots if r.exists()]
         files: list[Path] = []
+        unreadable: list[str] = []
+
+        def unlisted(exc: OSError) -> None:
+            unreadable.append(str(exc.filename) + os.sep)
+            shown = shown_path(str(exc.filename))
+            report.skipped.append((shown, f"cannot list folder: {exc.strerror}"))
+            self.log(f"skipped {shown}: cannot list folder ({exc.strerror})")
+
         for root in roots:
-            files.extend(walk(root))
+            files.extend(walk(root, unlisted))
         known = {
             path: (doc_id, digest, mtime, size, forgotten)
             for doc_id, path, digest, mtime, size, forgotten in self.db.fetchall(
@@ -146,7 +180,7 @@ class Indexer:
         }
         with vectors.bulk_load(self.db, self._is_bulk(files, known)):
             self._index_files(files, namespace, known, report)
-        self._remove_missing(roots, namespace, known, {str(f) for f in files}, report)
+        self._remove_missing(roots, namespace, known, {str(f) for f in files}, report, unreadable)
         report.seconds = time.perf_counter() - start
         return report
 
@@ -199,11 +233,24 @@ class Indexer:
         report: IndexReport,
     ) -> _FilePlan | None:
         path = str(file)
+        if shown_path(path) != path:
+            # Bytes that are not UTF-8 in a name (kept by Python as lone surrogates) cannot be
+            # stored as the item's source; the rest of the batch must not fail with it.
+            reason = "file name is not valid UTF-8: rename the file to index it"
+            report.skipped.append((shown_path(path), reason))
+            self.log(f"skipped {shown_path(path)}: {reason}")
+            return None
         try:
             st = file.stat()
         except OSError as exc:
             report.skipped.append((path, f"cannot stat: {exc.strerror}"))
             self.log(f"skipped {path}: cannot stat ({exc.strerror})")
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            # A FIFO would block the read forever and a link to /dev/zero would never end.
+            reason = f"not a regular file ({_file_type(st.st_mode)})"
+            report.skipped.append((path, reason))
+            self.log(f"skipped {path}: {reason}")
             return None
         if known is not None:
             _, _, mtime, size, forgotten = known
@@ -222,10 +269,20 @@ class Indexer:
             self.log(f"skipped {path}: {reason}")
             return None
         try:
-            data = file.read_bytes()
+            # Read at most one byte past the cap: a file that grew after stat() is still refused.
+            with file.open("rb") as fh:
+                data = fh.read(self.max_bytes + 1)
         except OSError as exc:
             report.skipped.append((path, f"cannot read: {exc.strerror}"))
             self.log(f"skipped {path}: cannot read ({exc.strerror})")
+            return None
+        if len(data) > self.max_bytes:
+            reason = (
+                f"file grew past the {self.max_bytes / 1e6:.0f} MB limit while being read "
+                "(raise NBMEMORY_MAX_FILE_MB to index it)"
+            )
+            report.skipped.append((path, reason))
+            self.log(f"skipped {path}: {reason}")
             return None
         digest = hashlib.sha256(data).hexdigest()
         if known is not None and known[1] == digest:
@@ -372,12 +429,17 @@ class Indexer:
         known: dict[str, tuple[int, str, float, int, object]],
         seen: set[str],
         report: IndexReport,
+        unreadable: Sequence[str] = (),
     ) -> None:
         prefixes = [str(r) + os.sep for r in roots if r.is_dir()]
+        # A file in a folder that could not be listed is not known to be gone: keep its chunks.
         gone_docs = [
             doc_id
             for path, (doc_id, *_rest) in known.items()
-            if path not in seen and any(path.startswith(p) for p in prefixes) and not os.path.exists(path)
+            if path not in seen
+            and any(path.startswith(p) for p in prefixes)
+            and not any(path.startswith(u) for u in unreadable)
+            and not os.path.exists(path)
         ]
         if not gone_docs:
             return

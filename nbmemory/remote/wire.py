@@ -95,11 +95,13 @@ def _hook(obj: dict[str, Any]) -> Any:
 
 
 def dumps(message: Any) -> bytes:
-    return json.dumps(message, default=_default, ensure_ascii=False).encode()
+    # surrogatepass: a lone surrogate (bytes of argv that are not UTF-8) must reach the owner,
+    # whose Memory rejects it with a clear ConfigError, instead of failing to encode here.
+    return json.dumps(message, default=_default, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def loads(data: bytes) -> Any:
-    return json.loads(data.decode(), object_hook=_hook)
+    return json.loads(data.decode("utf-8", "surrogatepass"), object_hook=_hook)
 
 
 def error_payload(exc: BaseException) -> dict[str, str]:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 RETRIEVERS = ("bm25", "vector")
 SNIPPET_CHARS = 240
 MAX_QUERY_CHARS = 4000
+#: The largest k: ranks and the search log's k are 32-bit.
+MAX_K = 2**31 - 1
 
 
 @dataclass
@@ -305,8 +307,17 @@ class SearchPipeline:
     def run(self, query: str, k: int = 10, filters: Filters | None = None) -> SearchResult:
         if k <= 0:
             raise ConfigError(f"k must be greater than 0, got {k}")
+        if k > MAX_K:
+            raise ConfigError(f"k must be at most {MAX_K}, got {k}")
         if not query or not query.strip():
             raise ConfigError("the query is empty: type some words to search for")
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError(
+                f"the query holds a lone surrogate (U+{ord(query[exc.start]):04X} at position {exc.start}): "
+                "it is not valid Unicode text"
+            ) from None
         query = query[:MAX_QUERY_CHARS]
         filters = filters or Filters()
         config = self.config

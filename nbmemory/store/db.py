@@ -30,6 +30,9 @@ class Database:
 
     The file is ATTACHed to an in-memory connection after the extensions are loaded, so a
     write-ahead log that holds HNSW changes replays with ``vss`` present (DESIGN.md, note 2).
+    After an unclean shutdown (a write-ahead log is left) every HNSW index is dropped before
+    anything uses it; ``dropped_after_crash`` names them, and the vector index is rebuilt from
+    the stored vectors on first use.
 
     Parameters
     ----------
@@ -45,6 +48,9 @@ class Database:
         self.lock = threading.RLock()
         # Derived facts about the file (index state) that only this process can change.
         self.cache: dict[str, object] = {}
+        self.dropped_after_crash: list[str] = []
+        wal = Path(f"{self.path}.wal").expanduser()
+        unclean = self.path != ":memory:" and not read_only and wal.exists() and wal.stat().st_size > 0
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(":memory:")
@@ -58,6 +64,8 @@ class Database:
                 self.con.execute(f"ATTACH '{target}' AS {CATALOG}{mode}")
             self.con.execute(f"USE {CATALOG}")
             self.con.execute("SET enable_progress_bar = false")
+            if unclean:
+                self._drop_replayed_hnsw()
         except duckdb.Error as exc:
             self.con.close()
             if _LOCK_RE.search(str(exc)):
@@ -69,6 +77,22 @@ class Database:
             raise StoreError(f"cannot open memory file {self.path}: {exc}") from exc
         if not read_only:
             self.migrate()
+
+    def _drop_replayed_hnsw(self) -> None:
+        # Replaying a log that deletes and later inserts rows of an HNSW-indexed table corrupts
+        # the index (duckdb-vss#81, "Duplicate keys not allowed in high-level wrappers"): the
+        # first search or CHECKPOINT then invalidates the database, and a checkpointed corrupt
+        # index can make the file unreadable. Dropped before first use, the replayed rows are
+        # kept and the index, derived data, is rebuilt from them (vectors.ensure_index).
+        rows = self.con.execute(
+            "SELECT schema_name, index_name FROM duckdb_indexes() WHERE database_name = ? "
+            "AND sql ILIKE '%USING HNSW%'",
+            [CATALOG],
+        ).fetchall()
+        for schema, name in rows:
+            self.con.execute(f'DROP INDEX "{schema}"."{name}"')
+        self.con.execute("CHECKPOINT")
+        self.dropped_after_crash = [str(name) for _, name in rows]
 
     # -- basics --------------------------------------------------------------------------
     def execute(self, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:

@@ -9,6 +9,7 @@ import numpy as np
 from nbmemory.errors import NbMemoryError
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, vectors
+from nbmemory.store.db import CATALOG
 from nbmemory.store.migrations import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -169,10 +170,23 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
             hits, _ = vectors.search(db, np.asarray(vec, np.float32), 3, dim or len(vec))
             # Identical vectors (duplicate text) tie at distance 0, so a zero distance counts too.
             found_self += any(h == int(cid) or d <= 1e-5 for h, d in hits)
+        # One graph entry per stored vector. A DELETE of rows that were in the index when it
+        # was loaded from the file leaves their entries behind (duckdb-vss 1.5.5): dead entries
+        # only slow searches down, until they outnumber the live ones; missing ones hide items.
+        entries = int(
+            db.scalar(
+                "SELECT count FROM pragma_hnsw_index_info() WHERE catalog_name = ? AND index_name = ?",
+                [CATALOG, vectors.INDEX_NAME],
+            )
+            or 0
+        )
+        # HNSW is approximate: among near-duplicates (texts that differ by a number) a vector
+        # can miss itself in a healthy graph, so one probe in five may miss.
         add(
             "vector index",
-            found_self == len(probe),
-            f"{live_vectors} vectors; {found_self}/{len(probe)} probes find themselves",
+            5 * found_self >= 4 * len(probe) and live_vectors <= entries <= 2 * live_vectors,
+            f"{live_vectors} vectors, {entries} graph entries; {found_self}/{len(probe)} probes "
+            "find themselves",
             lambda: vectors.rebuild_index(db),
         )
     return report
