@@ -187,7 +187,19 @@ def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir:
 
     log(f"[{n}] measuring {len(measured)} queries end to end")
     out["loadavg_at_search"] = _loadavg()
-    stage_names = ("bm25", "vector", "rrf", "hydrate", "outside_pipeline")
+    stage_names = (
+        "bm25",
+        "vector",
+        "rrf",
+        "rerank",
+        "recency",
+        "supersede",
+        "dedup",
+        "mmr",
+        "reject",
+        "hydrate",
+        "outside_pipeline",
+    )
     nbm: dict[str, list[float]] = {"e2e": [], "work": [], "embed": []}
     nbm_stages: dict[str, list[float]] = {name: [] for name in stage_names}
     pre: dict[str, list[float]] = {"e2e": []}
