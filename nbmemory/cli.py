@@ -237,10 +237,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
             max_seq_length=args.max_seq_length,
             seed=args.seed,
             device=args.device,
+            hard_negatives=not args.no_hard_negatives,
         ),
         min_delta=args.min_gain,
         namespace=args.ns,
     )
+    if args.torch_threads is not None:
+        from nbmemory.eval.harness import set_torch_threads
+
+        set_torch_threads(args.torch_threads)
     with _memory(args) as shared:
         report = _owned(shared, "tuning").tune(options, progress=_text_progress(args.quiet))
     if args.json:
@@ -396,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--query-source",
         action="append",
-        help="where queries come from: title, first_sentence, log (repeatable or comma-separated; default all three)",
+        help="where queries come from: title, first_sentence, log (repeatable or comma-separated; default title,log)",
     )
     p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
     p.add_argument("--max-triples", type=int, default=2048, help="most triples trained on (default 2048)")
@@ -417,6 +422,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-gain", type=float, default=0.005, help="held-out NDCG@10 gain needed to adopt (default 0.005)"
     )
     p.add_argument("--ns", help="mine only this namespace (default: all)")
+    p.add_argument(
+        "--no-hard-negatives",
+        action="store_true",
+        help="train on (query, positive) pairs only (in-batch negatives), without the mined negatives",
+    )
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        help="torch intra-op threads (default: torch's own); 1 is faster when other jobs share the cores",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
     p = add(

@@ -692,7 +692,7 @@ class MemoryMagics(Magics):
     @argument(
         "--query-source",
         action="append",
-        help="title, first_sentence or log (repeatable or comma-separated; default all three)",
+        help="title, first_sentence or log (repeatable or comma-separated; default title,log)",
     )
     @argument("--seed", type=int, default=42, help="seed for mining, the held-out split and training")
     @argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
 from nbmemory.items import ITEM_COLUMNS, Hit, Item
 from nbmemory.search.filters import Filters, parse_when
-from nbmemory.search.pipeline import PipelineConfig, SearchPipeline, SearchResult
+from nbmemory.search.pipeline import MAX_K, PipelineConfig, SearchPipeline, SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database, utcnow
@@ -31,6 +31,13 @@ ModelPolicy = Literal["reembed", "error", "defer"]
 COMPACT_AFTER_DELETES = 500
 # Searches whose counter updates and log rows are written together (see _record_search).
 LOG_FLUSH_EVERY = 16
+# Retention of the two write-only logs, which otherwise grow with every search and every write
+# (bench/load_bench.py): the newest SEARCH_LOG_KEEP searches are kept (tune mines the recent
+# ones), and a request key lives REQUEST_KEY_TTL (a client retries within FAILOVER_SECONDS, 60 s).
+# Pruning runs once every PRUNE_EVERY log rows written.
+SEARCH_LOG_KEEP = 100_000
+REQUEST_KEY_TTL = timedelta(days=1)
+PRUNE_EVERY = 1000
 
 
 @dataclass
@@ -105,6 +112,9 @@ class Memory:
         self._model_checked = False
         self._model_mismatch: str | None = None
         self._pending_log: list[tuple[datetime, str, str | None, int, list[int], float]] = []
+        self._log_rows = 0
+        # Called as (done, total) while re-embedding (the tune progress widget listens).
+        self._reembed_progress: Callable[[int, int], None] | None = None
         if not fts.index_exists(self.db):
             fts.rebuild(self.db)
 
@@ -127,9 +137,7 @@ class Memory:
     def embedder(self) -> Embedder:
         """The embedder, loaded on first use and checked against the file's model."""
         if self._embedder is None:
-            from nbmemory.embed.sentence import SentenceTransformerEmbedder
-
-            self._embedder = SentenceTransformerEmbedder(self.settings.model, device=self.settings.device)
+            self._embedder = self._load_embedder()
         if not self._model_checked:
             self._check_model(self._embedder)
         return self._embedder
@@ -218,6 +226,7 @@ class Memory:
         return report
 
     def _after_bulk_write(self, written: int, deleted: int) -> None:
+        vectors.maybe_rebuild(self.db)
         if written:
             fts.ensure_fresh(self.db)
         if deleted >= COMPACT_AFTER_DELETES:
@@ -248,6 +257,9 @@ class Memory:
             raise ConfigError("nothing to remember: the text is empty")
         if not 0.0 <= importance <= 1.0:
             raise ConfigError(f"importance must be between 0 and 1, got {importance}")
+        for what, value in (("text", text), ("heading", heading), ("source", source)):
+            _check_unicode(value, what)
+        _check_unicode(namespace, "namespace")
         embedder = self._require_model_match()
         clean = redact(text.strip())
         row = chunk_rows.NewChunk(
@@ -263,6 +275,7 @@ class Memory:
         with self.db.transaction():
             (new_id,) = chunk_rows.insert(self.db, [row], vec, utcnow())
             self._record_answer(request_key, str(new_id))
+        vectors.maybe_rebuild(self.db)
         return self.get(new_id, touch=False)
 
     def _answered(self, request_key: str) -> str | None:
@@ -275,6 +288,7 @@ class Memory:
                 "INSERT INTO request_keys VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 [request_key, result, utcnow()],
             )
+            self._log_rows += 1
 
     def remember_many(
         self,
@@ -301,6 +315,10 @@ class Memory:
         for i, text in enumerate(texts):
             if not text or not text.strip():
                 raise ConfigError(f"text {i} is empty: nothing was stored")
+            _check_unicode(text, f"text {i}")
+            _check_unicode(headings[i] if headings is not None else None, f"heading {i}")
+            _check_unicode(sources[i] if sources is not None else None, f"source {i}")
+        _check_unicode(namespace, "namespace")
         if not 0.0 <= importance <= 1.0:
             raise ConfigError(f"importance must be between 0 and 1, got {importance}")
         self._require_model_match()
@@ -378,6 +396,7 @@ class Memory:
         pinned: bool | None = None,
     ) -> Item:
         """Change an item's text, tags, importance or pin; new text is re-embedded and indexed."""
+        _check_unicode(text, "text")
         item = self.get(item_id, touch=False)
         now = utcnow()
         with self.db.transaction():
@@ -406,6 +425,7 @@ class Memory:
                 )
                 vectors.put(self.db, [item.id], vec)
                 fts.add_delta(self.db, [item.id])
+        vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
     def forget(
@@ -425,13 +445,17 @@ class Memory:
         given = sum(x is not None for x in (item_id, query, path))
         if given != 1:
             raise ConfigError("forget needs exactly one of: an id, query=..., path=...")
+        for what, value in (("query", query), ("path", path), ("namespace", namespace)):
+            _check_unicode(value, what)
         now = utcnow()
         if item_id is not None:
             ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
+            # An id outside BIGINT cannot exist (and would fail the cast below).
             missing = set(ids) - {
                 int(r[0])
                 for r in self.db.fetchall(
-                    "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids]
+                    "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                    [[i for i in ids if -(2**63) <= i < 2**63]],
                 )
             }
             if missing:
@@ -439,7 +463,7 @@ class Memory:
             reason = "id"
         elif query is not None:
             ids = self.search(query, k=k, namespace=namespace, log=False).ids
-            reason = f"query: {query[:200]}"
+            reason = f"query: {redact(query[:200]).text}"
         else:
             assert path is not None
             pattern = str(Path(path).expanduser().absolute()) if not any(c in path for c in "*?[") else path
@@ -458,11 +482,14 @@ class Memory:
         with self.db.transaction():
             count = chunk_rows.soft_delete(self.db, ids, reason, now)
             if path is not None:
+                # Only the namespace asked for: the same file indexed elsewhere stays live.
                 self.db.execute(
-                    "UPDATE documents SET forgotten_at = ? WHERE path = ? OR path GLOB ?",
-                    [now, pattern, pattern],
+                    "UPDATE documents SET forgotten_at = ? WHERE (path = ? OR path GLOB ?)"
+                    + (" AND namespace = ?" if namespace is not None else ""),
+                    [now, pattern, pattern, *([namespace] if namespace is not None else [])],
                 )
-        if count >= COMPACT_AFTER_DELETES:
+        vectors.note_writes(self.db, count)
+        if not vectors.maybe_rebuild(self.db) and count >= COMPACT_AFTER_DELETES:
             vectors.compact_index(self.db)
         return ids if count else []
 
@@ -489,14 +516,19 @@ class Memory:
         )
         return [dict(zip(("src", "dst", "type", "note", "created_at"), r, strict=True)) for r in rows]
 
-    def related(self, item_id: int, k: int = 5) -> list[Hit]:
-        """Items most similar to ``item_id`` by vector, plus those it links to."""
+    def related(self, item_id: int, k: int = 5, *, namespace: str | None = None) -> list[Hit]:
+        """Items most similar to ``item_id`` by vector, plus those it links to.
+
+        ``namespace`` restricts the results (similar and linked items) to one namespace, as
+        for :meth:`search`; ``None`` looks in every namespace.
+        """
         embedder = self._require_model_match()
         item = self.get(item_id, touch=False)
         vec = vectors.get(self.db, [item.id]).get(item.id)
         if vec is None:
             raise NotFoundError(f"item {item_id} has no vector: run `nbmemory doctor --repair`")
-        found, _ = vectors.search(self.db, vec, k + 1, embedder.dim)
+        where, params = Filters(namespace=namespace).sql()
+        found, _ = vectors.search(self.db, vec, k + 1, embedder.dim, None if namespace is None else where, params)
         ids = [i for i, _ in found if i != item.id][:k]
         linked = [r["dst"] if r["src"] == item.id else r["src"] for r in self.links(item.id)]
         ids += [i for i in linked if i not in ids]
@@ -508,7 +540,8 @@ class Memory:
             {"vector": {i: r for r, i in enumerate(ids, 1)}},
             {"vector": sims},
         )
-        return hits
+        # Linked items keep their own namespace: drop those outside the one asked for.
+        return [h for h in hits if namespace is None or h.namespace == namespace]
 
     # -- search -----------------------------------------------------------------------------
     def search(
@@ -532,6 +565,13 @@ class Memory:
         """
         started = time.perf_counter()
         kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())
+        for what, value in (("the query", query), ("namespace", namespace), ("path", path)):
+            _check_unicode(value, what)
+        for value in (*tags, *kinds):
+            _check_unicode(value, "filter")
+        if k > MAX_K:
+            # search_log.k is an INTEGER and the retrievers fetch a multiple of k as a BIGINT.
+            raise ConfigError(f"k must be at most {MAX_K}, got {k}")
         filters = Filters(
             namespace=namespace,
             kinds=kinds,
@@ -550,7 +590,8 @@ class Memory:
         # Buffered: a commit per search costs more than the search; counters and the log are
         # written in one transaction every LOG_FLUSH_EVERY searches, before any read of them,
         # and on close. A killed process loses at most that many log rows, never an item.
-        entry = (utcnow(), result.query, repr(filters) if not filters.empty else None, k, result.ids, ms)
+        # A query can hold a secret pasted by mistake: the log keeps it redacted, like the items.
+        entry = (utcnow(), redact(result.query).text, repr(filters) if not filters.empty else None, k, result.ids, ms)
         self._pending_log.append(entry)
         if len(self._pending_log) >= LOG_FLUSH_EVERY:
             self.flush()
@@ -559,6 +600,7 @@ class Memory:
         """Write buffered retrieval counters and search-log rows."""
         pending, self._pending_log = self._pending_log, []
         if not pending:
+            self._prune_logs()
             return
         counts: dict[int, tuple[int, datetime]] = {}
         for at, _, _, _, ids, _ in pending:
@@ -586,53 +628,209 @@ class Memory:
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [[log_id, *entry] for log_id, entry in zip(log_ids, pending, strict=True)],
             )
+        self._log_rows += len(pending)
+        self._prune_logs()
+
+    def _prune_logs(self, force: bool = False) -> None:
+        """Apply the retention of search_log and request_keys (see SEARCH_LOG_KEEP)."""
+        if self._log_rows < PRUNE_EVERY and not force:
+            return
+        self._log_rows = 0
+        with self.db.transaction():
+            self.db.execute(
+                "DELETE FROM search_log WHERE id <= (SELECT max(id) FROM search_log) - ?", [SEARCH_LOG_KEEP]
+            )
+            self.db.execute("DELETE FROM request_keys WHERE created_at < ?", [utcnow() - REQUEST_KEY_TTL])
 
     # -- maintenance ------------------------------------------------------------------------
     def reembed(self) -> int:
-        """Re-embed every live item with the current model (after a model change)."""
-        from nbmemory.embed.sentence import SentenceTransformerEmbedder
+        """Re-embed every live item with the current model (after a model change).
 
-        embedder = self._embedder or SentenceTransformerEmbedder(
-            self.settings.model, device=self.settings.device
-        )
-        self._embedder = embedder
-        count = self._reembed(embedder)
-        self._model_checked = True
-        self._model_mismatch = None
-        return count
+        Resumable: vectors are staged in batches that are committed one by one, so a run that is
+        killed goes on from where it stopped the next time (here, on open, or through
+        ``doctor(repair=True)``). Searches keep using the old vectors until one transaction swaps
+        all of them at once. Returns the number of live items.
+        """
+        embedder = self._embedder or self._load_embedder()
+        return self._reembed(embedder)
+
+    def _load_embedder(self, version: Any = None) -> Embedder:
+        """The configured model, or the active tuned version of it (``nbmemory models``)."""
+        from nbmemory.embed.sentence import SentenceTransformerEmbedder, _prefixes_for
+        from nbmemory.tune import versions
+
+        chosen = version if version is not None else versions.active(self.db)
+        if chosen is not None and chosen.path is not None:
+            base = chosen.base_model or self.settings.model
+            if version is not None or base == self.settings.model:
+                if not chosen.path.is_dir():
+                    if version is None:
+                        self._log(f"model version {chosen.version} is missing ({chosen.path}): using {base}")
+                        return SentenceTransformerEmbedder(self.settings.model, device=self.settings.device)
+                    raise NotFoundError(
+                        f"model version {chosen.version} has no weights at {chosen.path} "
+                        "(refused versions keep only their scores): pick another with `nbmemory models`"
+                    )
+                q, d = _prefixes_for(base)
+                return SentenceTransformerEmbedder(
+                    str(chosen.path), device=self.settings.device, query_prefix=q, document_prefix=d
+                )
+        model = chosen.model if chosen is not None and version is not None else self.settings.model
+        return SentenceTransformerEmbedder(model, device=self.settings.device)
 
     def _reembed(self, embedder: Embedder) -> int:
-        rows = self.db.fetchall("SELECT id, heading, text FROM chunks WHERE deleted_at IS NULL ORDER BY id")
-        bar = self._progress_bar(len(rows), "re-embedding")
-        self.db.execute("DROP TABLE IF EXISTS vectors_new")
-        self.db.execute(f"CREATE TABLE vectors_new (chunk_id BIGINT PRIMARY KEY, vec FLOAT[{embedder.dim}])")
+        self._stage_vectors(embedder)
+        return self._swap_vectors(embedder)
+
+    def _staged_target(self) -> str | None:
+        return self.db.get_meta("reembed_target") if self.db.table_exists("vectors_new") else None
+
+    def _stage_vectors(self, embedder: Embedder, batch: int = 256) -> int:
+        """Embed every live item not yet staged for ``embedder`` into ``vectors_new``.
+
+        Each batch is committed, so a killed run resumes: rows staged for the same model
+        fingerprint and the item's current text (content hash) are kept. Returns how many were
+        embedded now. The live ``vectors`` table and the current embedder are not touched.
+        """
         import pyarrow as pa
 
-        batch = 256
+        if self._staged_target() != embedder.fingerprint or self._staging_dim() != embedder.dim:
+            with self.db.transaction():
+                self.db.execute("DROP TABLE IF EXISTS vectors_new")
+                self.db.execute(
+                    "CREATE TABLE vectors_new (chunk_id BIGINT PRIMARY KEY, content_hash VARCHAR, "
+                    f"vec FLOAT[{embedder.dim}])"
+                )
+                self.db.set_meta("reembed_target", embedder.fingerprint)
+        rows = self._unstaged()
+        total = int(self.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+        bar = self._progress_bar(total, "re-embedding")
+        bar.update(total - len(rows))
         for start in range(0, len(rows), batch):
             part = rows[start : start + batch]
-            vecs = embedder.embed_documents([chunk_rows.embedding_text(h or "", t) for _, h, t in part])
+            vecs = embedder.embed_documents([chunk_rows.embedding_text(h or "", t) for _, h, t, _ in part])
+            ids = [int(r[0]) for r in part]
             table = pa.table(
                 {
-                    "chunk_id": pa.array([int(r[0]) for r in part], pa.int64()),
+                    "chunk_id": pa.array(ids, pa.int64()),
+                    "content_hash": pa.array([r[3] for r in part], pa.string()),
                     "vec": pa.FixedSizeListArray.from_arrays(
                         pa.array(vecs.astype(np.float32).reshape(-1)), embedder.dim
                     ),
                 }
             )
-            self.db.with_arrow("_nbm_re", table, "INSERT INTO vectors_new SELECT * FROM _nbm_re")
+            with self.db.transaction():
+                self.db.execute(
+                    "DELETE FROM vectors_new WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [ids]
+                )
+                self.db.with_arrow("_nbm_re", table, "INSERT INTO vectors_new SELECT * FROM _nbm_re")
             bar.update(len(part))
+            if self._reembed_progress is not None:
+                self._reembed_progress(total - len(rows) + start + len(part), total)
         bar.close()
-        # The swap is one transaction: a reader sees all old vectors or all new ones.
-        with self.db.transaction():
-            vectors.drop_index(self.db)
-            self.db.execute("DROP TABLE IF EXISTS vectors")
-            self.db.execute("ALTER TABLE vectors_new RENAME TO vectors")
-            self.db.set_meta("model_fingerprint", embedder.fingerprint)
-            self.db.set_meta("model_name", embedder.name)
-            self.db.set_meta("model_dim", embedder.dim)
-        vectors.create_index(self.db)
         return len(rows)
+
+    def _staging_dim(self) -> int | None:
+        row = self.db.fetchone(
+            "SELECT data_type FROM duckdb_columns() WHERE database_name = 'mem' AND "
+            "table_name = 'vectors_new' AND column_name = 'vec'"
+        )
+        return None if row is None else int(str(row[0]).split("[")[-1].rstrip("]"))
+
+    def _unstaged(self) -> list[tuple[Any, ...]]:
+        # Live items with no staged vector for their current text (new or edited since staging).
+        return self.db.fetchall(
+            "SELECT c.id, c.heading, c.text, c.content_hash FROM chunks c "
+            "LEFT JOIN vectors_new n ON n.chunk_id = c.id AND n.content_hash = c.content_hash "
+            "WHERE c.deleted_at IS NULL AND n.chunk_id IS NULL ORDER BY c.id"
+        )
+
+    def _swap_vectors(self, embedder: Embedder) -> int:
+        """Stage what was written meanwhile, then swap the staged vectors in, in one transaction.
+
+        The database lock is held from the last catch-up to the swap, and the embedder is switched
+        in the same step, so a search uses the old model with the old vectors or the new model with
+        the new ones, never a mix. A write from another thread whose embedding began before the
+        swap would still store an old-model vector; nbmemory's own callers never overlap calls on
+        one Memory (the owner serializes its clients, a kernel runs one cell at a time).
+        """
+        # Catch up without the lock while much is missing, so searches are blocked only briefly.
+        for _ in range(3):
+            if len(self._unstaged()) <= 64:
+                break
+            self._stage_vectors(embedder)
+        with self.db.lock:
+            self._stage_vectors(embedder)
+            # The swap is one transaction: a reader sees all old vectors or all new ones.
+            with self.db.transaction():
+                vectors.drop_index(self.db)
+                self.db.execute(
+                    "DELETE FROM vectors_new WHERE chunk_id NOT IN "
+                    "(SELECT id FROM chunks WHERE deleted_at IS NULL)"
+                )
+                self.db.execute("DROP TABLE IF EXISTS vectors")
+                self.db.execute("ALTER TABLE vectors_new RENAME TO vectors")
+                self.db.execute("ALTER TABLE vectors DROP COLUMN content_hash")
+                self.db.execute("DELETE FROM meta WHERE key = 'reembed_target'")
+                self.db.set_meta("model_fingerprint", embedder.fingerprint)
+                self.db.set_meta("model_name", embedder.name)
+                self.db.set_meta("model_dim", embedder.dim)
+            self._embedder = embedder
+            self._model_checked = True
+            self._model_mismatch = None
+            vectors.create_index(self.db)
+            return int(self.db.scalar("SELECT count(*) FROM vectors"))
+
+    def _drop_staging(self) -> None:
+        with self.db.transaction():
+            self.db.execute("DROP TABLE IF EXISTS vectors_new")
+            self.db.execute("DELETE FROM meta WHERE key = 'reembed_target'")
+
+    # -- model versions (nbmemory.tune) -----------------------------------------------------
+    def models(self) -> list[Any]:
+        """Every model version of this memory (:class:`~nbmemory.tune.versions.ModelVersion`).
+
+        ``in_use`` marks the model whose vectors the store holds; ``active`` the one it opens with.
+        """
+        from nbmemory.tune import versions
+
+        stored = self.db.get_meta("model_fingerprint")
+        name = self.db.get_meta("model_name")
+        if stored is not None and name is not None and not versions.list_versions(self.db):
+            # Before the first tuning, the model whose vectors the store holds is the base.
+            with self.db.transaction():
+                versions.ensure_base(self.db, name, stored)
+        return versions.list_versions(self.db)
+
+    def use_model(self, version: str) -> int:
+        """Switch to a model version: re-embed every item with it (resumably), then make it active.
+
+        Searches keep using the old model and vectors until the swap. Returns the live items.
+        """
+        from nbmemory.tune import versions
+
+        self.models()  # records the base version the first time
+        chosen = versions.get(self.db, version)
+        if chosen.status == "refused":
+            raise ConfigError(
+                f"model version {version} was refused by the gate ({chosen.note}) and its weights "
+                "were deleted: pick another with `nbmemory models`"
+            )
+        embedder = self._load_embedder(chosen)
+        count = self._reembed(embedder)
+        with self.db.transaction():
+            versions.set_active(self.db, version)
+        return count
+
+    def tune(self, options: Any = None, progress: Callable[[str, float], None] | None = None) -> Any:
+        """Mine triples from this memory, fine-tune the model, and adopt it only if the gate agrees.
+
+        See :func:`nbmemory.tune.run.tune_memory` for ``options`` (a ``TuneOptions``) and the
+        returned ``TuneReport``.
+        """
+        from nbmemory.tune.run import tune_memory
+
+        return tune_memory(self, options, progress)
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes and index state."""
@@ -692,11 +890,25 @@ class Memory:
         return count
 
 
+def _check_unicode(value: str | None, what: str) -> None:
+    """Raise ConfigError for a string DuckDB cannot store or compare: one with lone surrogates."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} is not valid Unicode: lone surrogate U+{ord(value[exc.start]):04X} at position "
+            f"{exc.start} (text decoded from bytes that are not UTF-8?); remove or replace it"
+        ) from None
+
+
 def _clean_tags(tags: Sequence[str] | str) -> list[str]:
     if isinstance(tags, str):
         tags = tags.split(",")
     out: list[str] = []
     for tag in tags:
+        _check_unicode(tag, "tag")
         tag = tag.strip()
         if tag and tag not in out:
             out.append(tag)

@@ -193,3 +193,16 @@ class SentenceTransformerEmbedder:
         if len(self._query_cache) > self._query_cache_size:
             self._query_cache.popitem(last=False)
         return vec
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Many queries at once (batched; for mining and evaluation, not the search path)."""
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        vecs = self._model.encode(
+            [self.query_prefix + t for t in texts],
+            batch_size=self._batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return normalise(vecs)

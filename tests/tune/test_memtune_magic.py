@@ -1,0 +1,74 @@
+"""``%memtune`` through a real IPython shell: mistakes are UsageErrors, a run shows a widget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
+
+from nbmemory import Memory
+from nbmemory.embed import SentenceTransformerEmbedder
+from nbmemory.magics import MemoryMagics
+
+
+@pytest.fixture(scope="module")
+def shell(tmp_path_factory: pytest.TempPathFactory) -> InteractiveShell:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+        config = Config()
+        config.HistoryManager.hist_file = ":memory:"
+        shell = InteractiveShell.instance(config=config)
+    shell.run_line_magic("load_ext", "nbmemory")
+    return shell
+
+
+def magics_of(shell: InteractiveShell) -> MemoryMagics:
+    return shell.magics_manager.registry["MemoryMagics"]  # type: ignore[no-any-return]
+
+
+def test_memtune_mistakes_are_usage_errors(
+    shell: InteractiveShell, tmp_path: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    magics = magics_of(shell)
+    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
+        mem.remember("Deploys need the VPN on. Staging uses the 10.2 subnet.", heading="Deploy to staging")
+        magics.memory = mem
+        magics.progress = "none"
+        try:
+            with pytest.raises(UsageError, match="epochs must be greater than 0"):
+                shell.run_line_magic("memtune", "--epochs 0")
+            with pytest.raises(UsageError, match="query source"):
+                shell.run_line_magic("memtune", "--query-source headings")
+            with pytest.raises(UsageError, match="too small to tune"):
+                shell.run_line_magic("memtune", "")
+            with pytest.raises(UsageError):
+                shell.run_line_magic("memtune", "--epochs one")
+        finally:
+            magics.memory = None
+            magics.progress = "auto"
+
+
+def test_memtune_runs_with_a_progress_widget(
+    shell: InteractiveShell, notes_copy: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    magics = magics_of(shell)
+    with Memory(notes_copy, embedder=real_embedder) as mem:
+        magics.memory = mem
+        magics.progress = "widget"
+        try:
+            with capture_output() as out:
+                report = shell.run_line_magic(
+                    "memtune",
+                    "--max-steps 1 --max-triples 32 --min-gain 1 --query-source title,first_sentence",
+                )
+        finally:
+            magics.memory = None
+            magics.progress = "auto"
+        assert not report.adopted and report.training.steps == 1
+        assert "keep the current model" in out.stdout
+        assert any("application/vnd.jupyter.widget-view+json" in o.data for o in out.outputs)
+        assert mem.db.get_meta("model_fingerprint") == real_embedder.fingerprint

@@ -1,0 +1,122 @@
+"""``Memory.tune`` end to end on a small real memory: refused, adopted, switched back and forth."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nbmemory import Memory
+from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
+from nbmemory.errors import ConfigError, NotFoundError
+from nbmemory.tune.run import TuneOptions
+from nbmemory.tune.train import TrainConfig
+from nbmemory.tune.versions import models_dir
+
+REPO = Path(__file__).resolve().parents[2]
+# A few seconds of training: enough to make a different model, not a better one.
+TINY = TrainConfig(batch_size=8, max_steps=2, max_seq_length=32, device="cpu", seed=3)
+
+
+def vectors_of(mem: Memory) -> dict[int, np.ndarray]:
+    return {int(i): np.asarray(v) for i, v in mem.db.fetchall("SELECT chunk_id, vec FROM vectors")}
+
+
+def test_tune_refuses_keeps_the_store_then_adopts_and_switches(
+    notes_copy: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    with Memory(notes_copy, embedder=real_embedder) as mem:
+        before = vectors_of(mem)
+        hits_before = mem.search("rotate the github token", log=False).ids
+        # A gain no model can reach: the gate must refuse and leave everything as it was.
+        refused = mem.tune(
+            TuneOptions(
+                sources=("title", "first_sentence"),
+                max_queries=40,
+                max_triples=16,
+                hold_out=0.3,
+                train=TINY,
+                min_delta=1.0,
+            )
+        )
+        assert not refused.adopted and refused.version == "v1"
+        assert "keep the current model" in refused.reason
+        assert refused.mining.disagreements > 0 and len(refused.mining.held_out) >= 20
+        assert refused.training is not None and refused.training.steps == 2
+        assert mem.db.get_meta("model_fingerprint") == real_embedder.fingerprint
+        assert mem.embedder is real_embedder
+        assert not mem.db.table_exists("vectors_new")
+        after = vectors_of(mem)
+        assert after.keys() == before.keys() and all(np.array_equal(after[i], before[i]) for i in before)
+        assert mem.search("rotate the github token", log=False).ids == hits_before
+        assert not (models_dir(notes_copy) / "v1").exists()
+        rows = {v.version: v for v in mem.models()}
+        assert rows["v1"].status == "refused" and rows["v1"].scores["gate"]["adopt"] is False
+        assert rows["base"].active and rows["base"].in_use
+        with pytest.raises(ConfigError, match="refused"):
+            mem.use_model("v1")
+
+        # Any gain accepted: the candidate is adopted, its staged vectors swapped in.
+        adopted = mem.tune(
+            TuneOptions(
+                sources=("title", "first_sentence"),
+                max_queries=40,
+                max_triples=16,
+                hold_out=0.3,
+                train=TINY,
+                min_delta=-1.0,
+                max_p=1.0,
+            )
+        )
+        assert adopted.adopted and adopted.version == "v2", adopted.reason
+        tuned_fp = mem.db.get_meta("model_fingerprint")
+        assert tuned_fp != real_embedder.fingerprint and mem.embedder.fingerprint == tuned_fp
+        assert (models_dir(notes_copy) / "v2" / "config.json").exists()
+        rows = {v.version: v for v in mem.models()}
+        assert rows["v2"].active and rows["v2"].in_use and rows["v2"].status == "adopted"
+        assert not rows["base"].active
+        assert set(rows["v2"].scores["held_out_ndcg@10"]) == {"current", "candidate"}
+        assert mem.search("rotate the github token", log=False).hits
+
+    # Reopened with the configured model name, the memory loads its active tuned version.
+    with Memory(notes_copy) as mem:
+        assert mem.embedder.fingerprint == tuned_fp
+        assert mem.search("vpn", log=False).hits
+        assert mem.use_model("base") == len(before)
+        assert mem.db.get_meta("model_fingerprint") == real_embedder.fingerprint
+        rows = {v.version: v for v in mem.models()}
+        assert rows["base"].active and rows["base"].in_use and not rows["v2"].in_use
+        with pytest.raises(NotFoundError, match="no model version 'v9'"):
+            mem.use_model("v9")
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "nbmemory.cli", "-q", "--db", str(notes_copy), "models"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("* base") for line in lines)
+    assert any(" v1 " in line and "refused" in line for line in lines)
+    assert any(" v2 " in line and "adopted" in line for line in lines)
+
+
+def test_tune_needs_a_sentence_transformers_model_and_enough_content(
+    tmp_path: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    with Memory(tmp_path / "f.duckdb", embedder=FakeEmbedder()) as mem:
+        mem.remember("Deploys need the VPN on. Staging uses the 10.2 subnet.")
+        with pytest.raises(ConfigError, match="sentence-transformers"):
+            mem.tune()
+    with Memory(tmp_path / "r.duckdb", embedder=real_embedder) as mem:
+        mem.remember("Deploys need the VPN on. Staging uses the 10.2 subnet.", heading="Deploy to staging")
+        with pytest.raises(ConfigError, match="too small to tune"):
+            mem.tune(TuneOptions(train=TINY))
