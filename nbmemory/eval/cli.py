@@ -122,6 +122,11 @@ def add_tune_beir_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="train on (query, positive) pairs with in-batch negatives only, without the mined negatives",
     )
+    p.add_argument(
+        "--negative-margin",
+        type=float,
+        help="drop mined negatives at least this similar to the query relative to the positive (e.g. 0.95)",
+    )
     p.add_argument("--model", dest="eval_model", help="base model (default: the bundled all-MiniLM-L6-v2)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
     p.add_argument(
@@ -173,6 +178,7 @@ def cmd_eval_tune_beir(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 limit_queries=args.limit_queries,
                 limit_docs=args.limit_docs,
+                negative_margin=args.negative_margin,
                 log=log,
             )
         )

@@ -107,6 +107,7 @@ def tune_beir(
     seed: int = 42,
     limit_queries: int | None = None,
     limit_docs: int | None = None,
+    negative_margin: float | None = None,
     log: LogFn | None = _stderr,
 ) -> TuneBeirResult:
     """Mine from a BEIR corpus, fine-tune, and compare untuned vs tuned on the test queries.
@@ -128,6 +129,8 @@ def tune_beir(
         Folder for the tuned model (default: a new folder under the evaluation cache).
     limit_queries, limit_docs:
         Evaluate a slice (plumbing checks).
+    negative_margin:
+        See :func:`nbmemory.tune.mine.mine_triples`.
     """
     from nbmemory.eval.beir import load
     from nbmemory.eval.cache import CachedEmbedder, cache_root
@@ -158,6 +161,7 @@ def tune_beir(
                 hold_out=0.0,
                 max_queries=max_triples + max_triples // 10 + 10,
                 seed=seed,
+                negative_margin=negative_margin,
                 progress=_every(500, log),
             )
     finally:

@@ -291,6 +291,7 @@ class PipelineRetriever:
     def __init__(self, db: Database, embedder: Embedder, depth: int = DEPTH) -> None:
         from nbmemory.search.pipeline import PipelineConfig, SearchPipeline
 
+        self.db = db
         self.known = _KnownQueries(embedder, {})
         self.pipeline = SearchPipeline(
             db, self.known, PipelineConfig(retrievers=("bm25", "vector"), depth=depth)
@@ -303,6 +304,13 @@ class PipelineRetriever:
         trace = self.pipeline.run(query, k=TOP).trace
         bm25, vector = trace.stage("bm25"), trace.stage("vector")
         return (list(bm25.output) if bm25 else [], list(vector.output) if vector else [])
+
+    def similarity(self, query: str, ids: Sequence[int]) -> dict[int, float]:
+        """Cosine similarity of the query to stored items, with the current model's vectors."""
+        from nbmemory.store import vectors
+
+        qvec = self.known.embed_query(query)
+        return {i: float(np.dot(v, qvec)) for i, v in vectors.get(self.db, list(ids)).items()}
 
 
 def pipeline_retriever(db: Database, embedder: Embedder, depth: int = DEPTH) -> PipelineRetriever:
@@ -340,9 +348,10 @@ class _Exclusion:
     source: tuple[str, str, str]  # heading, text, group
     info: dict[int, tuple[str, str, str]]
     held_ids: set[int | None]
+    too_close: set[int] = field(default_factory=set)
 
     def __call__(self, i: int) -> bool:
-        if i == self.source_id or i in self.held_ids or i not in self.info:
+        if i == self.source_id or i in self.held_ids or i not in self.info or i in self.too_close:
             return True
         heading, text, group = self.info[i]
         src_heading, src_text, src_group = self.source
@@ -360,6 +369,7 @@ def mine_triples(
     max_queries: int | None = None,
     seed: int = 42,
     rrf_k: int = 60,
+    negative_margin: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> MiningReport:
     """Search every training query twice over (keyword- and vector-heavy) and keep the disagreements.
@@ -380,6 +390,11 @@ def mine_triples(
         Mine at most this many training queries (a seeded sample); ``None`` mines all.
     seed:
         Seeds the hold-out split and the samples.
+    negative_margin:
+        Drop a negative candidate whose similarity to the query is at least this share of the
+        positive's (0.95 keeps only clearly less similar ones: a guard against "negatives" that
+        are relevant too). ``None`` (default) keeps the rule of the module docstring as it is.
+        Needs a ``retrieve`` with a ``similarity(query, ids)`` method.
     progress:
         ``progress(done, total)`` every few queries.
 
@@ -453,9 +468,12 @@ def mine_triples(
             report.skipped["source item gone"] += 1
             continue
 
-        negative_id, origin = choose_negative(
-            keyword_top, vector_top, _Exclusion(source_id, info[source_id], info, held_ids)
-        )
+        exclusion = _Exclusion(source_id, info[source_id], info, held_ids)
+        if negative_margin is not None:
+            sims = retrieve.similarity(q.text, [source_id, *keyword_top, *vector_top])  # type: ignore[attr-defined]
+            limit = negative_margin * sims.get(source_id, 0.0)
+            exclusion.too_close = {i for i, sim in sims.items() if sim >= limit}
+        negative_id, origin = choose_negative(keyword_top, vector_top, exclusion)
         if negative_id is None:
             report.skipped["no negative candidate"] += 1
             continue

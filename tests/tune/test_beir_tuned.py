@@ -102,3 +102,13 @@ def test_tune_beir_command_mines_the_corpus_only(
     assert set(payload["ndcg@10"]) == {"default", "vector", "tuned", "tuned-vector"}
     # Queries are made from the documents: none is a test query of the dataset.
     assert (tmp_path / "model" / "config.json").exists()
+
+
+def test_eval_beir_command_takes_a_tuned_model(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["-q", "eval", "beir", "--data", str(tiny), "--configs", "default,tuned", "--model", "fake"]
+    assert main([*args, "--tuned-model", "fake"]) == 0
+    printed = capsys.readouterr().out
+    assert "| tiny | default |" in printed and "| tiny | tuned |" in printed
+    assert "tuned configurations: model fake-eval" in printed
+    assert main(args) == 1
+    assert "needs a tuned model" in capsys.readouterr().err

@@ -147,3 +147,21 @@ def test_a_query_without_candidates_gives_no_triple(tmp_path: Path) -> None:
         only = PseudoQuery("alpha beta gamma", "title", 1, "zeta")
         report = mine_triples(mem.db, [only], lambda q: ([1], [1]), hold_out=0.0)
     assert report.queries == 1 and report.disagreements == 0 and not report.triples
+
+
+def test_negative_margin_keeps_only_clearly_less_similar_negatives(
+    notes_copy: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    with Memory(notes_copy, embedder=real_embedder) as mem:
+        queries = pseudo_queries(mem.db, ("title",))
+        retrieve = pipeline_retriever(mem.db, real_embedder)
+        plain = mine_triples(mem.db, queries, retrieve, hold_out=0.0, max_queries=30, seed=2)
+        guarded = mine_triples(
+            mem.db, queries, retrieve, hold_out=0.0, max_queries=30, seed=2, negative_margin=0.9
+        )
+        for t in guarded.triples:
+            sims = retrieve.similarity(t.query, [t.positive_id, t.negative_id])
+            assert sims[t.negative_id] < 0.9 * sims[t.positive_id]
+    assert guarded.queries == plain.queries
+    assert len(guarded.triples) <= len(plain.triples)
+    assert sum(guarded.skipped.values()) == guarded.disagreements - len(guarded.triples)
