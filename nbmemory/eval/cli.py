@@ -145,7 +145,7 @@ def add_tune_beir_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_eval_tune_beir(args: argparse.Namespace) -> int:
     from nbmemory.errors import ConfigError
     from nbmemory.eval.report import to_markdown, write_json
-    from nbmemory.tune.beir import tune_beir
+    from nbmemory.eval.tune_beir import tune_beir
     from nbmemory.tune.train import TrainConfig
 
     if args.output and len(args.data) > 1:

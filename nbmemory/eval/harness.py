@@ -153,9 +153,9 @@ def make_embedder(model: str | None = None, device: str | None = None) -> Embedd
 
         return FakeEmbedder(dim=64, tag="eval")
     from nbmemory.config import DEFAULT_MODEL
-    from nbmemory.embed.sentence import SentenceTransformerEmbedder
+    from nbmemory.embed.loader import load_model
 
-    return SentenceTransformerEmbedder(model or DEFAULT_MODEL, device=device)
+    return load_model(model or DEFAULT_MODEL, device)
 
 
 def set_torch_threads(threads: int | None) -> None:

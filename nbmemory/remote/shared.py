@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from nbmemory import api
+from nbmemory.api import API_METHODS, MemoryAPI
 from nbmemory.config import Settings
 from nbmemory.errors import NbMemoryError, StoreLockedError
 from nbmemory.remote import wire
@@ -30,11 +33,12 @@ _KEYED = {"remember", "remember_many"}
 FAILOVER_SECONDS = 60.0
 
 
-class SharedMemory:
-    """The :class:`~nbmemory.Memory` API, whether this process owns the file or not.
+class SharedMemory(MemoryAPI):
+    """The :class:`~nbmemory.api.MemoryAPI`, whether this process owns the file or not.
 
     Use :func:`connect` to make one. ``role`` is ``"owner"`` or ``"client"`` and can change
-    during the object's life (a client becomes the owner when the owner dies).
+    during the object's life (a client becomes the owner when the owner dies). Each operation is
+    a proxy derived from its declaration (see :func:`_proxy`).
     """
 
     def __init__(self, settings: Settings, memory_kwargs: dict[str, Any], allow_owner: bool = True) -> None:
@@ -129,71 +133,6 @@ class SharedMemory:
                 self._conn.close()
             self._conn = None
 
-    def index(
-        self,
-        *paths: str | os.PathLike[str],
-        namespace: str | None = None,
-        progress: Callable[[int, int, str], None] | None = None,
-    ) -> Any:
-        """Index files and folders. ``progress`` is called only when this process is the owner
-        (a callback cannot cross the socket); a client's call returns when the owner is done."""
-        # The owner may run in another folder: send absolute paths.
-        absolute = [str(Path(p).expanduser().absolute()) for p in paths]
-        if self._local is not None and progress is not None:
-            with self._lock:
-                return self._local.index(*absolute, namespace=namespace, progress=progress)
-        return self._call("index", *absolute, namespace=namespace)
-
-    def remember(self, text: str, **kwargs: Any) -> Any:
-        return self._call("remember", text, **kwargs)
-
-    def remember_many(self, texts: Sequence[str], **kwargs: Any) -> Any:
-        return self._call("remember_many", list(texts), **kwargs)
-
-    def get(self, item_id: int, **kwargs: Any) -> Any:
-        return self._call("get", item_id, **kwargs)
-
-    def update(self, item_id: int, **kwargs: Any) -> Any:
-        return self._call("update", item_id, **kwargs)
-
-    def forget(self, item_id: Any = None, **kwargs: Any) -> Any:
-        if item_id is not None and not isinstance(item_id, int):
-            item_id = [int(i) for i in item_id]
-        if kwargs.get("path") and not any(c in kwargs["path"] for c in "*?["):
-            kwargs["path"] = str(Path(kwargs["path"]).expanduser().absolute())
-        return self._call("forget", item_id, **kwargs)
-
-    def link(self, src: int, dst: int, type: str = "related", note: str | None = None) -> None:
-        self._call("link", src, dst, type, note=note)
-
-    def links(self, item_id: int) -> Any:
-        return self._call("links", item_id)
-
-    def related(self, item_id: int, k: int = 5, namespace: str | None = None) -> Any:
-        return self._call("related", item_id, k=k, namespace=namespace)
-
-    def search(self, query: str, k: int = 10, **kwargs: Any) -> Any:
-        return self._call("search", query, k, **kwargs)
-
-    def stats(self) -> Any:
-        stats = self._call("stats")
-        stats["role"] = self.role
-        return stats
-
-    def doctor(self, repair: bool = False) -> Any:
-        return self._call("doctor", repair=repair)
-
-    def export(self, out: str | os.PathLike[str], include_forgotten: bool = False) -> Any:
-        return self._call(
-            "export", str(Path(out).expanduser().absolute()), include_forgotten=include_forgotten
-        )
-
-    def reembed(self) -> Any:
-        return self._call("reembed")
-
-    def models(self) -> Any:
-        return self._call("models")
-
     def ping(self) -> Any:
         return self._call("ping") if self._local is None else {"pid": os.getpid()}
 
@@ -220,6 +159,61 @@ class SharedMemory:
         self.close()
 
 
+def _absolute(path: str | os.PathLike[str]) -> str:
+    return str(Path(path).expanduser().absolute())
+
+
+def _prepare_forget(args: dict[str, Any]) -> None:
+    item_id = args.get("item_id")
+    if item_id is not None and not isinstance(item_id, int):
+        args["item_id"] = [int(i) for i in item_id]
+    path = args.get("path")
+    if path and not any(c in path for c in "*?["):
+        args["path"] = _absolute(path)
+
+
+# What a call needs before it leaves this process: the owner may run in another folder, so paths
+# are made absolute; an iterable of ids becomes a list that JSON can carry.
+_PREPARE: dict[str, Callable[[dict[str, Any]], None]] = {
+    "index": lambda args: args.update(paths=tuple(_absolute(p) for p in args["paths"])),
+    "forget": _prepare_forget,
+    "export": lambda args: args.update(out=_absolute(args["out"])),
+}
+
+
+def _proxy(name: str) -> Callable[..., Any]:
+    """A method with the declared signature and docstring of ``MemoryAPI.<name>`` that runs the
+    operation in the owner (this process's Memory, or the owner's over the socket)."""
+    declared = api.signature(name)
+
+    def method(self: SharedMemory, *args: Any, **kwargs: Any) -> Any:
+        bound = declared.bind(*args, **kwargs)
+        prepare = _PREPARE.get(name)
+        if prepare is not None:
+            prepare(bound.arguments)
+        # A callback cannot cross the socket: it is honoured only when this process is the owner.
+        if self._local is None:
+            bound.arguments.pop("progress", None)
+        result = self._call(name, *bound.args, **bound.kwargs)
+        if name == "stats":
+            result["role"] = self.role
+        return result
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = getattr(MemoryAPI, name).__doc__
+    method.__signature__ = declared.replace(  # type: ignore[attr-defined]
+        parameters=[
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+            *declared.parameters.values(),
+        ]
+    )
+    return method
+
+
+for _name in API_METHODS:
+    setattr(SharedMemory, _name, _proxy(_name))
+
+
 def connect(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -243,4 +237,6 @@ def connect(
     settings = (Settings(home=Path(home)) if home is not None else Settings()).override(
         path, model, namespace
     )
-    return SharedMemory(settings, {"progress": progress, **memory_kwargs}, allow_owner=allow_owner)
+    return SharedMemory(  # type: ignore[abstract]
+        settings, {"progress": progress, **memory_kwargs}, allow_owner=allow_owner
+    )

@@ -11,32 +11,14 @@ from datetime import datetime
 from typing import Any
 
 from nbmemory import errors
+from nbmemory.api import API_METHODS
 from nbmemory.ingest.indexer import IndexReport
 from nbmemory.items import Hit, Item
 from nbmemory.search.pipeline import SearchResult
 from nbmemory.search.trace import Stage, Trace
 
-# Methods a client may call on the owner's Memory.
-METHODS = frozenset(
-    {
-        "index",
-        "remember",
-        "remember_many",
-        "get",
-        "update",
-        "forget",
-        "link",
-        "links",
-        "related",
-        "search",
-        "stats",
-        "doctor",
-        "export",
-        "reembed",
-        "models",
-        "ping",
-    }
-)
+# Methods a client may call on the owner's Memory: the declared operations, and ping.
+METHODS = frozenset({*API_METHODS, "ping"})
 _DATES = ("created_at", "updated_at", "deleted_at")
 
 
@@ -88,9 +70,9 @@ def _hook(obj: dict[str, Any]) -> Any:
 
         return ModelVersion(**obj)
     if kind in ("Check", "DoctorReport"):
-        from nbmemory import memory
+        from nbmemory.store import doctor
 
-        return getattr(memory, kind)(**obj)
+        return getattr(doctor, kind)(**obj)
     return obj
 
 

@@ -2,24 +2,60 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from nbmemory.embed.base import Embedder
 from nbmemory.errors import NbMemoryError
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, vectors
-from nbmemory.store.db import CATALOG
+from nbmemory.store import fts, reembed, vectors
+from nbmemory.store.db import CATALOG, Database
 from nbmemory.store.migrations import SCHEMA_VERSION
 
-if TYPE_CHECKING:
-    from nbmemory.memory import DoctorReport, Memory
+
+@dataclass
+class Check:
+    """One ``doctor`` finding."""
+
+    name: str
+    ok: bool
+    detail: str
+    repaired: bool = False
 
 
-def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
-    from nbmemory.memory import Check, DoctorReport
+@dataclass
+class DoctorReport:
+    """Every check of one ``doctor`` run.
 
-    db = mem.db
+    ``model_ok`` says whether the store's vectors now come from the current model (``None`` when
+    the model could not be checked); the facade uses it to allow or refuse searches.
+    """
+
+    checks: list[Check] = field(default_factory=list)
+    model_ok: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok or c.repaired for c in self.checks)
+
+    def summary(self) -> str:
+        lines = []
+        for c in self.checks:
+            mark = "ok " if c.ok else ("fixed" if c.repaired else "FAIL")
+            lines.append(f"[{mark:>5}] {c.name}: {c.detail}")
+        return "\n".join(lines)
+
+
+def run_doctor(
+    db: Database, load_embedder: Callable[[], Embedder], reembed_all: Callable[[], int], repair: bool
+) -> DoctorReport:
+    """Check ``db``; with ``repair``, fix what its data allows.
+
+    ``load_embedder`` gives the model the store opens with (the active tuned version included);
+    ``reembed_all`` re-embeds every item with it and switches the store to it.
+    """
     report = DoctorReport()
 
     def add(name: str, ok: bool, detail: str, fix: object = None) -> None:
@@ -34,12 +70,7 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
 
     stored = db.get_meta("model_fingerprint")
     try:
-        embedder = mem._embedder
-        if embedder is None:
-            from nbmemory.embed.sentence import SentenceTransformerEmbedder
-
-            embedder = SentenceTransformerEmbedder(mem.settings.model, device=mem.settings.device)
-            mem._embedder = embedder
+        embedder = load_embedder()
     except NbMemoryError as exc:
         add("model", False, str(exc))
         return report
@@ -52,10 +83,9 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
             same,
             f"stored {db.get_meta('model_name')} ({stored}), current {embedder.name} "
             f"({embedder.fingerprint})" + ("" if same else ": re-embedding needed"),
-            mem.reembed,
+            reembed_all,
         )
-        mem._model_checked = same or repair
-        mem._model_mismatch = None if (same or repair) else "model mismatch"
+        report.model_ok = same or repair
     if db.table_exists("vectors_new"):
         # A re-embed stages vectors batch by batch: one for the current model is resumed, one
         # for another model (a killed switch or a refused tuning) is dropped.
@@ -66,7 +96,7 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
             False,
             "a half-written re-embed is left over"
             + (": repair finishes it" if resumable else f" for another model ({target}): repair drops it"),
-            mem.reembed if resumable else mem._drop_staging,
+            reembed_all if resumable else (lambda: reembed.drop_staging(db)),
         )
 
     orphans = [
@@ -110,7 +140,7 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
     )
 
     def embed_missing() -> None:
-        emb = mem.embedder
+        emb = load_embedder()
         for start in range(0, len(missing), 256):
             part = missing[start : start + 256]
             vecs = emb.embed_documents([chunk_rows.embedding_text(h or "", t) for _, h, t in part])
@@ -192,6 +222,6 @@ def run_doctor(mem: Memory, repair: bool) -> DoctorReport:
     return report
 
 
-def _in_tx(db: object, fn: object) -> None:
-    with db.transaction():  # type: ignore[attr-defined]
-        fn()  # type: ignore[operator]
+def _in_tx(db: Database, fn: Callable[[], object]) -> None:
+    with db.transaction():
+        fn()

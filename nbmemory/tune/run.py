@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nbmemory.embed.loader import load_tuned
 from nbmemory.errors import ConfigError
+from nbmemory.store import reembed
 from nbmemory.tune import versions
 from nbmemory.tune.gate import (
     MAX_P,
@@ -35,7 +37,10 @@ from nbmemory.tune.mine import MiningReport, mine_triples, pipeline_retriever, p
 from nbmemory.tune.train import TrainConfig, TrainReport, train_model
 
 if TYPE_CHECKING:
-    from nbmemory.memory import Memory
+    from nbmemory.config import Settings
+    from nbmemory.embed.base import Embedder
+    from nbmemory.search.pipeline import PipelineConfig
+    from nbmemory.store.db import Database
 
 #: Query sources ``nbmemory tune`` mines by default. Titles won on BEIR (SciFact +0.008 NDCG@10
 #: with titles, -0.009 with first sentences, same budget): see the README's measurements.
@@ -133,22 +138,29 @@ def _means(per_query: dict[str, dict[str, float]], metric: str = "ndcg@10") -> f
 
 
 def tune_memory(
-    mem: Memory, options: TuneOptions | None = None, progress: Progress | None = None
+    db: Database,
+    current: Embedder,
+    settings: Settings,
+    config: PipelineConfig,
+    adopt: Callable[[Embedder], int],
+    options: TuneOptions | None = None,
+    progress: Progress | None = None,
 ) -> TuneReport:
-    """Tune ``mem``'s model on its own content (module docstring); see :meth:`Memory.tune`."""
+    """Tune the model of the memory in ``db`` on its own content (module docstring).
+
+    ``current`` is the model its vectors come from; ``adopt`` swaps the staged vectors of an
+    adopted candidate in and switches the memory to it. See :meth:`nbmemory.Memory.tune`.
+    """
     from nbmemory.embed.sentence import SentenceTransformerEmbedder
 
     opts = options or TuneOptions()
     say = progress or (lambda phase, fraction: None)
     seconds: dict[str, float] = {}
-    current = mem._require_model_match()
     if not isinstance(current, SentenceTransformerEmbedder):
         raise ConfigError(
             f"tuning needs a sentence-transformers model; this memory embeds with {current.name!r}"
         )
-    mem.flush()
-    mem.models()
-    db = mem.db
+    versions.with_base(db)
 
     t0 = time.perf_counter()
     say("mining", 0.0)
@@ -173,7 +185,7 @@ def tune_memory(
         )
 
     version = versions.next_version(db)
-    out = versions.models_dir(mem.path) / version
+    out = versions.models_dir(settings.db_path) / version
     if out.exists():
         shutil.rmtree(out)  # left by a run that was killed before it recorded the version
     t0 = time.perf_counter()
@@ -191,22 +203,14 @@ def tune_memory(
 
     t0 = time.perf_counter()
     say("embedding", 0.0)
-    candidate = SentenceTransformerEmbedder(
-        str(out),
-        device=mem.settings.device,
-        query_prefix=current.query_prefix,
-        document_prefix=current.document_prefix,
+    candidate = load_tuned(
+        out, current.name, settings.device, prefixes=(current.query_prefix, current.document_prefix)
     )
-    mem._reembed_progress = lambda done, total: say("embedding", done / max(total, 1))
-    try:
-        mem._stage_vectors(candidate)
-    finally:
-        mem._reembed_progress = None
+    reembed.stage(db, candidate, progress=lambda done, total: say("embedding", done / max(total, 1)))
     seconds["embed"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     say("gate", 0.0)
-    config = mem.pipeline_config
     _, runs = memory_runs(
         db,
         mining.held_out,
@@ -232,10 +236,10 @@ def tune_memory(
         "mining": mining.to_dict(),
         "training": training.to_dict(),
     }
-    base_model = mem.settings.model
+    base_model = settings.model
     if decision.adopt:
         t0 = time.perf_counter()
-        mem._swap_vectors(candidate)
+        adopt(candidate)
         with db.transaction():
             versions.record(
                 db,
@@ -250,7 +254,7 @@ def tune_memory(
             versions.set_active(db, version)
         seconds["swap"] = time.perf_counter() - t0
     else:
-        mem._drop_staging()
+        reembed.drop_staging(db)
         versions.discard_weights(out)
         with db.transaction():
             versions.record(

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nbmemory.errors import NotFoundError
+from nbmemory.errors import ConfigError, NotFoundError
 from nbmemory.store.db import Database, utcnow
 
 STATUSES = ("base", "adopted", "refused")
@@ -137,3 +137,26 @@ def set_active(db: Database, version: str) -> None:
 def discard_weights(path: Path) -> None:
     """Delete a refused model's folder (its row and scores stay)."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+def with_base(db: Database) -> list[ModelVersion]:
+    """Every version; before the first tuning, the model whose vectors the store holds is
+    recorded as the ``base`` version first."""
+    stored = db.get_meta("model_fingerprint")
+    name = db.get_meta("model_name")
+    if stored is not None and name is not None and not list_versions(db):
+        with db.transaction():
+            ensure_base(db, name, stored)
+    return list_versions(db)
+
+
+def usable(db: Database, version: str) -> ModelVersion:
+    """A version that can be switched to; a refused one (its weights deleted) raises."""
+    with_base(db)
+    chosen = get(db, version)
+    if chosen.status == "refused":
+        raise ConfigError(
+            f"model version {version} was refused by the gate ({chosen.note}) and its weights "
+            "were deleted: pick another with `nbmemory models`"
+        )
+    return chosen

@@ -10,7 +10,7 @@ import pytest
 
 from nbmemory import ConfigError, ModelNotFoundError
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder, bundled_model_path
-from nbmemory.embed.sentence import _prefixes_for
+from nbmemory.embed.sentence import prefixes_for
 
 
 @pytest.mark.model
@@ -44,10 +44,10 @@ def test_an_unknown_model_fails_offline_with_a_message_that_says_what_to_do() ->
 
 
 def test_known_prefixes_are_applied_by_model_name() -> None:
-    assert _prefixes_for("BAAI/bge-small-en-v1.5")[0].startswith("Represent this sentence")
-    assert _prefixes_for("intfloat/e5-small-v2") == ("query: ", "passage: ")
-    assert _prefixes_for("all-MiniLM-L6-v2") == ("", "")
-    assert _prefixes_for("/home/me/models/multilingual-e5-base") == ("query: ", "passage: ")
+    assert prefixes_for("BAAI/bge-small-en-v1.5")[0].startswith("Represent this sentence")
+    assert prefixes_for("intfloat/e5-small-v2") == ("query: ", "passage: ")
+    assert prefixes_for("all-MiniLM-L6-v2") == ("", "")
+    assert prefixes_for("/home/me/models/multilingual-e5-base") == ("query: ", "passage: ")
 
 
 def test_bad_embedder_arguments() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nbmemory import Memory
-from nbmemory import memory as memory_module
+from nbmemory.store import search_log as search_log_module
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import connect
 from nbmemory.store import vectors
@@ -41,14 +41,14 @@ def test_the_hnsw_index_is_rebuilt_before_incremental_writes_bloat_it(
 
 
 def test_search_log_and_request_keys_are_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory_module, "SEARCH_LOG_KEEP", 50)
-    monkeypatch.setattr(memory_module, "PRUNE_EVERY", 20)
+    monkeypatch.setattr(search_log_module, "SEARCH_LOG_KEEP", 50)
+    monkeypatch.setattr(search_log_module, "PRUNE_EVERY", 20)
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
         for i in range(300):
             mem.search(f"query number {i}", k=3)
         mem.flush()
         kept = [r[0] for r in mem.db.fetchall("SELECT query FROM search_log ORDER BY id")]
-        assert 50 <= len(kept) <= 50 + 20 + memory_module.LOG_FLUSH_EVERY
+        assert 50 <= len(kept) <= 50 + 20 + search_log_module.LOG_FLUSH_EVERY
         assert kept[-1] == "query number 299"  # the newest stay
         # Request keys past their time to live go; fresh ones stay (a retry still finds them).
         old = mem.remember("first", request_key="k-old")
@@ -59,7 +59,7 @@ def test_search_log_and_request_keys_are_capped(tmp_path: Path, monkeypatch: pyt
         keys = {r[0] for r in mem.db.fetchall("SELECT key FROM request_keys")}
         assert "k-old" not in keys and "k-24" in keys
         assert mem.remember("again", request_key="k-24").text == "note 24"
-    assert timedelta(seconds=10 * 60) <= memory_module.REQUEST_KEY_TTL
+    assert timedelta(seconds=10 * 60) <= search_log_module.REQUEST_KEY_TTL
 
 
 def test_a_closed_connection_is_not_kept_alive_by_its_exit_hook(

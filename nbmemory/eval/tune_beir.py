@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbmemory.embed.loader import load_tuned
 from nbmemory.errors import ConfigError
 from nbmemory.tune.gate import GateDecision, decide_pipelines
 from nbmemory.tune.mine import MiningReport, mine_triples, pipeline_retriever, pseudo_queries
@@ -176,9 +177,9 @@ def tune_beir(
         if output
         else cache_root() / "tuned" / f"{dataset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    from nbmemory.embed.sentence import _prefixes_for
+    from nbmemory.embed.sentence import prefixes_for
 
-    q_prefix, d_prefix = _prefixes_for(base.name)
+    q_prefix, d_prefix = prefixes_for(base.name)
     training = train_model(
         report.triples[:max_triples],
         base.name,
@@ -190,11 +191,7 @@ def tune_beir(
     )
     if log:
         log(f"trained {training.steps} steps on {training.triples} triples in {training.seconds:.0f} s")
-    from nbmemory.embed.sentence import SentenceTransformerEmbedder
-
-    tuned = SentenceTransformerEmbedder(
-        str(out), device=device, query_prefix=q_prefix, document_prefix=d_prefix
-    )
+    tuned = load_tuned(out, base.name, device)
     result = evaluate_beir(
         dataset,
         ["default", "vector", "tuned", "tuned-vector"],

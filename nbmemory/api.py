@@ -1,0 +1,211 @@
+"""The operations of a memory, declared once.
+
+:class:`MemoryAPI` is what every front end (CLI, magics, widgets, server, agents) may call.
+:class:`~nbmemory.Memory` implements it; :class:`~nbmemory.remote.shared.SharedMemory` derives a
+proxy for each method from it; the owner of a memory file serves exactly :data:`API_METHODS`.
+A new operation is declared here once, with its signature and docstring.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from nbmemory.ingest.indexer import IndexReport
+    from nbmemory.items import Hit, Item
+    from nbmemory.search.pipeline import PipelineConfig, SearchResult
+    from nbmemory.store.doctor import DoctorReport
+    from nbmemory.tune.versions import ModelVersion
+
+
+class MemoryAPI(Protocol):
+    """A personal memory: index, remember, search, forget, and keep it healthy."""
+
+    def index(
+        self,
+        *paths: str | os.PathLike[str],
+        namespace: str | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
+    ) -> IndexReport:
+        """Index files and folders (markdown, notebooks, code, text), incrementally.
+
+        Unchanged files are skipped by mtime and size, then by content hash; removed files
+        lose their chunks; bad files are skipped with a message in ``report.skipped``.
+        ``progress(done, total, path)`` is called as files are read (only in the owner's
+        process: a callback cannot cross to another process).
+        """
+        ...
+
+    def remember(
+        self,
+        text: str,
+        *,
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        namespace: str | None = None,
+        source: str | None = None,
+        heading: str = "",
+        request_key: str | None = None,
+    ) -> Item:
+        """Store a piece of text; it is found by the very next search.
+
+        ``request_key`` makes the call idempotent: a retry with the same key (a client whose
+        owner died after committing) returns the item stored the first time.
+        """
+        ...
+
+    def remember_many(
+        self,
+        texts: Sequence[str],
+        *,
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        namespace: str | None = None,
+        sources: Sequence[str | None] | None = None,
+        headings: Sequence[str] | None = None,
+        batch_size: int = 512,
+        progress: Callable[[int], None] | None = None,
+        request_key: str | None = None,
+    ) -> list[int]:
+        """Store many texts at once (batched embedding, one transaction per batch).
+
+        Returns the new ids in input order. Empty texts are rejected before anything is written.
+        With ``request_key``, a retried call skips the batches already committed.
+        """
+        ...
+
+    def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
+        """Read one item; counts as an access unless ``touch=False``."""
+        ...
+
+    def update(
+        self,
+        item_id: int,
+        *,
+        text: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        pinned: bool | None = None,
+    ) -> Item:
+        """Change an item's text, tags, importance or pin; new text is re-embedded and indexed."""
+        ...
+
+    def forget(
+        self,
+        item_id: int | Iterable[int] | None = None,
+        *,
+        query: str | None = None,
+        k: int = 1,
+        path: str | None = None,
+        namespace: str | None = None,
+    ) -> list[int]:
+        """Forget items by id, by the top ``k`` hits of ``query``, or by source ``path`` (a glob).
+
+        Forgotten items are soft-deleted (the row records when and why) and never returned by
+        search again; a forgotten file is not re-indexed. Returns the ids forgotten.
+        """
+        ...
+
+    def link(self, src: int, dst: int, type: str = "related", note: str | None = None) -> None:
+        """Record a typed link ``src -> dst`` (similar, related, contradicts, extends,
+        supersedes, caused_by, temporal)."""
+        ...
+
+    def links(self, item_id: int) -> list[dict[str, Any]]:
+        """Links from and to an item."""
+        ...
+
+    def related(self, item_id: int, k: int = 5, *, namespace: str | None = None) -> list[Hit]:
+        """Items most similar to ``item_id`` by vector, plus those it links to.
+
+        ``namespace`` restricts the results (similar and linked items) to one namespace, as
+        for :meth:`search`; ``None`` looks in every namespace.
+        """
+        ...
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        namespace: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        path: str | None = None,
+        tags: Sequence[str] = (),
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        config: PipelineConfig | None = None,
+        log: bool = True,
+    ) -> SearchResult:
+        """Hybrid search: BM25 and vector retrieval fused with RRF, then the pipeline's stages.
+
+        Filters restrict the results exactly (a filter matching 1 % of items still yields
+        ``k`` hits when ``k`` exist). Returned items have their retrieval counters raised.
+        """
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, sizes and index state."""
+        ...
+
+    def doctor(self, repair: bool = False) -> DoctorReport:
+        """Check integrity; with ``repair=True`` fix what can be fixed from stored data."""
+        ...
+
+    def export(self, out: str | os.PathLike[str], include_forgotten: bool = False) -> int:
+        """Write items (no vectors) to Parquet, CSV or JSON lines, chosen by the file suffix."""
+        ...
+
+    def reembed(self) -> int:
+        """Re-embed every live item with the current model (after a model change).
+
+        Resumable: vectors are staged in batches that are committed one by one, so a run that is
+        killed goes on from where it stopped the next time (here, on open, or through
+        ``doctor(repair=True)``). Searches keep using the old vectors until one transaction swaps
+        all of them at once. Returns the number of live items.
+        """
+        ...
+
+    def models(self) -> list[ModelVersion]:
+        """Every model version of this memory (:class:`~nbmemory.tune.versions.ModelVersion`).
+
+        ``in_use`` marks the model whose vectors the store holds; ``active`` the one it opens with.
+        """
+        ...
+
+
+#: The operations of :class:`MemoryAPI`, in declaration order.
+API_METHODS: tuple[str, ...] = tuple(
+    name for name, value in vars(MemoryAPI).items() if not name.startswith("_") and inspect.isfunction(value)
+)
+
+
+def signature(name: str) -> inspect.Signature:
+    """The declared signature of one operation, without ``self``."""
+    sig = inspect.signature(getattr(MemoryAPI, name))
+    return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+
+C = TypeVar("C", bound=type)
+
+
+def implements(cls: C) -> C:
+    """Class decorator: check that ``cls`` has every operation with its declared parameters, and
+    give the methods that have none the declared docstring."""
+    for name in API_METHODS:
+        method = getattr(cls, name, None)
+        if method is None:
+            raise TypeError(f"{cls.__name__} lacks the memory operation {name!r}")
+        # Parameters must match exactly; return annotations may name the type another way.
+        declared = signature(name).replace(return_annotation=inspect.Signature.empty)
+        ours = inspect.signature(method).replace(return_annotation=inspect.Signature.empty)
+        ours = ours.replace(parameters=list(ours.parameters.values())[1:])
+        if str(ours) != str(declared):
+            raise TypeError(f"{cls.__name__}.{name}{ours} differs from MemoryAPI.{name}{declared}")
+        if not method.__doc__:
+            method.__doc__ = getattr(MemoryAPI, name).__doc__
+    return cls

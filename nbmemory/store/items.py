@@ -1,0 +1,123 @@
+"""Reads and small writes of items by id or path, links, counts and export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nbmemory.errors import ConfigError, NotFoundError
+from nbmemory.items import ITEM_COLUMNS, Item
+from nbmemory.store import chunks as chunk_rows
+from nbmemory.store import fts, vectors
+from nbmemory.store.db import Database, utcnow
+
+EXPORT_FORMATS = {".parquet": "PARQUET", ".csv": "CSV, HEADER", ".jsonl": "JSON", ".json": "JSON"}
+
+
+def get(db: Database, item_id: int, *, touch: bool, include_forgotten: bool) -> Item:
+    """One item; ``touch`` counts it as an access."""
+    row = db.fetchone(f"SELECT {ITEM_COLUMNS} FROM chunks WHERE id = ?", [int(item_id)])
+    if row is None or (row[-1] is not None and not include_forgotten):
+        raise NotFoundError(f"no item with id {item_id}" + (" (it was forgotten)" if row else ""))
+    if touch:
+        db.execute(
+            "UPDATE chunks SET access_count = access_count + 1, last_accessed_at = ? WHERE id = ?",
+            [utcnow(), int(item_id)],
+        )
+    return Item.from_row(row)
+
+
+def require_ids(db: Database, ids: list[int]) -> None:
+    """Raise :class:`NotFoundError` naming the ids that are not stored."""
+    # An id outside BIGINT cannot exist (and would fail the cast below).
+    missing = set(ids) - {
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
+            [[i for i in ids if -(2**63) <= i < 2**63]],
+        )
+    }
+    if missing:
+        raise NotFoundError(f"no item with id {', '.join(map(str, sorted(missing)))}")
+
+
+def path_pattern(path: str) -> str:
+    """A file path made absolute; a glob is kept as it is."""
+    return str(Path(path).expanduser().absolute()) if not any(c in path for c in "*?[") else path
+
+
+def live_ids_under(db: Database, pattern: str, namespace: str | None) -> list[int]:
+    where = "(source = ? OR source GLOB ?)"
+    params: list[Any] = [pattern, pattern]
+    if namespace is not None:
+        where += " AND namespace = ?"
+        params.append(namespace)
+    return [
+        int(r[0]) for r in db.fetchall(f"SELECT id FROM chunks WHERE {where} AND deleted_at IS NULL", params)
+    ]
+
+
+def forget_files(db: Database, pattern: str, namespace: str | None) -> None:
+    """Mark files forgotten so they are not re-indexed; only in ``namespace`` when given."""
+    db.execute(
+        "UPDATE documents SET forgotten_at = ? WHERE (path = ? OR path GLOB ?)"
+        + (" AND namespace = ?" if namespace is not None else ""),
+        [utcnow(), pattern, pattern, *([namespace] if namespace is not None else [])],
+    )
+
+
+def add_link(db: Database, src: int, dst: int, type: str, note: str | None) -> None:
+    (link_id,) = chunk_rows.allocate(db, "link_ids", 1)
+    db.execute(
+        "INSERT INTO links VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [link_id, src, dst, type, note, utcnow()],
+    )
+
+
+def links(db: Database, item_id: int) -> list[dict[str, Any]]:
+    rows = db.fetchall(
+        "SELECT src, dst, type, note, created_at FROM links WHERE src = ? OR dst = ? ORDER BY created_at",
+        [item_id, item_id],
+    )
+    return [dict(zip(("src", "dst", "type", "note", "created_at"), r, strict=True)) for r in rows]
+
+
+def stats(db: Database, path: Path) -> dict[str, Any]:
+    """Counts, sizes and index state."""
+    live = "FROM chunks WHERE deleted_at IS NULL"
+    size = path.stat().st_size if path.exists() else 0
+    return {
+        "path": str(path),
+        "file_mb": round(size / 1e6, 2),
+        "schema_version": db.schema_version(),
+        "model": db.get_meta("model_name"),
+        "model_fingerprint": db.get_meta("model_fingerprint"),
+        "dim": int(db.get_meta("model_dim") or 0) or None,
+        "documents": int(db.scalar("SELECT count(*) FROM documents WHERE forgotten_at IS NULL")),
+        "items": int(db.scalar(f"SELECT count(*) {live}")),
+        "forgotten": int(db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NOT NULL")),
+        "vectors": int(db.scalar("SELECT count(*) FROM vectors")) if db.table_exists("vectors") else 0,
+        "links": int(db.scalar("SELECT count(*) FROM links")),
+        "searches": int(db.scalar("SELECT count(*) FROM search_log")),
+        "by_kind": dict(db.fetchall(f"SELECT kind, count(*) {live} GROUP BY kind ORDER BY kind")),
+        "by_namespace": dict(
+            db.fetchall(f"SELECT namespace, count(*) {live} GROUP BY namespace ORDER BY namespace")
+        ),
+        "fts_pending": fts.delta_size(db),
+        "hnsw_index": vectors.index_exists(db),
+    }
+
+
+def export(db: Database, target: Path, include_forgotten: bool) -> int:
+    """Write items (no vectors) to Parquet, CSV or JSON lines, chosen by the file suffix."""
+    fmt = EXPORT_FORMATS.get(target.suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"cannot export to {target.name!r}: use a .parquet, .csv or .jsonl file")
+    where = "" if include_forgotten else "WHERE deleted_at IS NULL"
+    count = int(db.scalar(f"SELECT count(*) FROM chunks {where}"))
+    escaped = str(target).replace("'", "''")
+    db.execute(
+        f"COPY (SELECT {ITEM_COLUMNS}, last_accessed_at, last_retrieved_at FROM chunks {where} "
+        f"ORDER BY id) TO '{escaped}' (FORMAT {fmt})"
+    )
+    return count
