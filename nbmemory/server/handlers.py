@@ -24,7 +24,7 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from nbmemory.errors import NbMemoryError, NotFoundError
-from nbmemory.server import ServerState
+from nbmemory.server.state import ServerState
 
 MAX_K = 200
 MAX_NAMESPACE = 200

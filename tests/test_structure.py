@@ -1,0 +1,100 @@
+"""The package's structure: no import cycles, no reads of other objects' private attributes, and
+the memory API declared once and reachable through ``connect()`` with the declared signatures."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbmemory import Memory, api
+from nbmemory.embed import FakeEmbedder
+from nbmemory.remote import connect, wire
+from nbmemory.remote.shared import SharedMemory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import import_graph  # noqa: E402
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    edges = import_graph.graph()
+    assert "nbmemory.memory" in edges and edges["nbmemory.memory"]  # the walk found imports
+    assert import_graph.cycles(edges) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert import_graph.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_reads_another_objects_private_attributes() -> None:
+    assert import_graph.private_accesses() == []
+
+
+def test_lower_layers_never_import_the_facade() -> None:
+    edges = import_graph.graph()
+    lower = ("nbmemory.store", "nbmemory.search", "nbmemory.embed", "nbmemory.ingest", "nbmemory.tune")
+    offenders = {m: t for m, t in edges.items() if m.startswith(lower) and "nbmemory.memory" in t}
+    assert offenders == {}
+
+
+def test_memory_implements_every_declared_operation_with_its_signature() -> None:
+    assert len(api.API_METHODS) >= 15
+    for name in api.API_METHODS:
+        ours = inspect.signature(getattr(Memory, name))
+        assert list(ours.parameters)[1:] == list(api.signature(name).parameters), name
+        assert getattr(Memory, name).__doc__, name
+
+
+def test_the_wire_serves_exactly_the_declared_operations() -> None:
+    assert wire.METHODS == {*api.API_METHODS, "ping"}
+
+
+def test_every_operation_is_reachable_through_connect_with_the_declared_signature(tmp_path: Path) -> None:
+    for name in api.API_METHODS:
+        proxy = inspect.signature(getattr(SharedMemory, name))
+        assert list(proxy.parameters)[1:] == list(api.signature(name).parameters), name
+        assert str(proxy).replace("self, /, ", "").replace("(self, /)", "()") == str(api.signature(name)), name
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "vpn.md").write_text("# VPN\n\nDeploys need the VPN on.\n")
+    owner = connect(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32))
+    client = connect(tmp_path / "m.duckdb", allow_owner=False)
+    try:
+        assert owner.role == "owner" and client.role == "client"
+        item = client.remember("the staging database is db-stg-12", tags=["ops"])
+        other = client.remember("kafka lag pages the on-call engineer")
+        calls: dict[str, Any] = {
+            "index": lambda m: m.index(notes).files_changed == 1,
+            "remember": lambda m: m.remember("polars lazy frames").text == "polars lazy frames",
+            "remember_many": lambda m: len(m.remember_many(["a note", "another note"])) == 2,
+            "get": lambda m: m.get(item.id).text == item.text,
+            "update": lambda m: m.update(item.id, importance=0.9).importance == 0.9,
+            "link": lambda m: m.link(item.id, other.id, "related") is None,
+            "links": lambda m: m.links(item.id)[0]["dst"] == other.id,
+            "related": lambda m: other.id in [h.id for h in m.related(item.id, k=3)],
+            "search": lambda m: item.id in m.search("staging database", k=3).ids,
+            "forget": lambda m: m.forget(query="polars lazy frames", k=1) != [],
+            "stats": lambda m: m.stats()["role"] == "client",
+            "doctor": lambda m: m.doctor().ok,
+            "export": lambda m: m.export(tmp_path / "out.jsonl") >= 3,
+            "reembed": lambda m: m.reembed() >= 3,
+            "models": lambda m: isinstance(m.models(), list),
+        }
+        assert set(calls) == set(api.API_METHODS), "a declared operation has no call here"
+        for name in api.API_METHODS:
+            assert calls[name](client), name
+    finally:
+        client.close()
+        owner.close()
+
+
+def test_a_class_lacking_an_operation_is_refused() -> None:
+    class Partial:
+        def search(self, query: str) -> None: ...
+
+    with pytest.raises(TypeError, match="lacks the memory operation"):
+        api.implements(Partial)
