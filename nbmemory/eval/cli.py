@@ -99,6 +99,32 @@ def cmd_eval_scenario(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_notes(args: argparse.Namespace) -> int:
+    from nbmemory.eval.notes import evaluate_notes, printable
+    from nbmemory.eval.report import to_markdown, write_json
+
+    result = evaluate_notes(
+        args.corpus,
+        args.queries,
+        args.configs,
+        split=args.split,
+        model=args.eval_model or args.model,
+        device=args.device,
+        k=args.k,
+        limit_queries=args.limit_queries,
+        limit_files=args.limit_files,
+        cache=not args.no_cache,
+        torch_threads=args.torch_threads,
+        log=None if args.quiet else _log,
+    )
+    print(to_markdown(printable(result.table())))
+    print(f"\n{result.describe()}")
+    if args.json:
+        write_json(result.to_dict(per_query=not args.no_per_query), args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def add_tune_beir_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``nbmemory eval tune-beir`` (also ``python -m bench.tune_beir``)."""
     p.add_argument(
@@ -221,7 +247,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     subparsers:
         What ``ArgumentParser.add_subparsers`` returned.
     """
-    text = "evaluate search quality: BEIR collections (beir) or the memory scenario benchmark (scenario)"
+    text = (
+        "evaluate search quality: BEIR collections (beir), a notes folder with judged queries (notes) "
+        "or the memory scenario benchmark (scenario)"
+    )
     parser = subparsers.add_parser("eval", help=text, description=text)
     inner = parser.add_subparsers(dest="eval_command", required=True, metavar="BENCHMARK")
 
@@ -276,6 +305,30 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = inner.add_parser("tune-beir", help=text, description=text)
     add_tune_beir_arguments(p)
     p.set_defaults(fn=cmd_eval_tune_beir)
+
+    text = (
+        "evaluate configurations on a notes folder with judged queries, file by file: Hit@1/5/10, "
+        "MRR@10 per query kind, miss flags, false flags, latency"
+    )
+    p = inner.add_parser("notes", help=text, description=text)
+    p.add_argument("--corpus", required=True, help="the notes folder (indexed with `nbmemory index`'s path)")
+    p.add_argument(
+        "--queries",
+        required=True,
+        help='JSONL, one {"qid", "query", "kind", "targets", "split"} per line; targets relative to --corpus',
+    )
+    common(p, "bm25,vector,rrf,default")
+    p.add_argument(
+        "--split", choices=["dev", "test", "all"], default="dev", help="which queries to run (default dev)"
+    )
+    p.add_argument("-k", type=int, default=10, help="files kept per query (default 10)")
+    p.add_argument("--limit-queries", type=int, help="run only the first N queries of the split")
+    p.add_argument(
+        "--limit-files", type=int, help="index at most N files of the corpus (the target files first)"
+    )
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write cached vectors and stores")
+    p.add_argument("--no-per-query", action="store_true", help="leave per-query rows out of --json")
+    p.set_defaults(fn=cmd_eval_notes)
 
     text = "the memory scenario benchmark: Hit@1/3/5, MRR, topic coverage, Miss-Empty, with 95% intervals"
     p = inner.add_parser("scenario", help=text, description=text)

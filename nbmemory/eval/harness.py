@@ -397,50 +397,89 @@ def prepare_store(
     if not cache:
         folder = workdir or Path(tempfile.mkdtemp(prefix="nbmemory-eval-"))
         return build_store(dataset, embedder, folder / f"{dataset.name}.duckdb", options, log)
-    stores = cache_root() / "stores"
-    stores.mkdir(parents=True, exist_ok=True)
-    key = _store_key(dataset, embedder, options)
-    final = stores / f"{dataset.name}-{key}.duckdb"
-    marker = final.with_suffix(".json")
-    if final.exists() and marker.exists():
-        meta = json.loads(marker.read_text(encoding="utf-8"))
-        if log:
-            log(f"reusing the indexed store {final}")
-        return StoreInfo(
-            path=final,
-            documents=int(meta["documents"]),
-            items=int(meta["items"]),
-            reused=True,
-            skipped_empty=int(meta.get("skipped_empty", 0)),
-        )
-    building = stores / f".{dataset.name}-{key}.{os.getpid()}.building.duckdb"
-    for stale in (building, Path(f"{building}.wal")):
-        stale.unlink(missing_ok=True)
-    info = build_store(dataset, embedder, building, options, log)
-    os.replace(building, final)
-    if Path(f"{building}.wal").exists():
-        os.replace(f"{building}.wal", f"{final}.wal")
-    info.path = final
     family = {
         "dataset": dataset.name,
         "corpus": dataset.corpus_hash(),
         "fingerprint": embedder.fingerprint,
         "options": dataclasses.asdict(options),
     }
+    return cached_store(
+        dataset.name,
+        _store_key(dataset, embedder, options),
+        family,
+        lambda path: build_store(dataset, embedder, path, options, log),
+        meta={
+            "model": embedder.name,
+            "fingerprint": embedder.fingerprint,
+            "schema": SCHEMA_VERSION,
+            "options": dataclasses.asdict(options),
+        },
+        log=log,
+    )
+
+
+def cached_store(
+    name: str,
+    key: str,
+    family: Mapping[str, Any],
+    build: Callable[[Path], StoreInfo],
+    meta: Mapping[str, Any] | None = None,
+    log: LogFn | None = None,
+) -> StoreInfo:
+    """The store cache: the store ``<name>-<key>.duckdb`` if one was built, else ``build(path)``.
+
+    A store is built under a temporary name and renamed when complete, then marked with a JSON
+    file (``family``, sizes and ``meta``); an interrupted build is never reused. Stores of the
+    same ``family`` (same data, model and options) under another key, i.e. built by older
+    store or ingest code, are deleted.
+
+    Parameters
+    ----------
+    name:
+        Dataset name, the start of the file name.
+    key:
+        Everything the store's content depends on, hashed (data, model, schema, code, options).
+    family:
+        What identifies the data and settings apart from the code version.
+    build:
+        Builds the store at the path it is given and says what it holds.
+    meta:
+        More fields for the marker file.
+    """
+    stores = cache_root() / "stores"
+    stores.mkdir(parents=True, exist_ok=True)
+    final = stores / f"{name}-{key}.duckdb"
+    marker = final.with_suffix(".json")
+    if final.exists() and marker.exists():
+        saved = json.loads(marker.read_text(encoding="utf-8"))
+        if log:
+            log(f"reusing the indexed store {final}")
+        return StoreInfo(
+            path=final,
+            documents=int(saved["documents"]),
+            items=int(saved["items"]),
+            reused=True,
+            skipped_empty=int(saved.get("skipped_empty", 0)),
+        )
+    building = stores / f".{name}-{key}.{os.getpid()}.building.duckdb"
+    for stale in (building, Path(f"{building}.wal")):
+        stale.unlink(missing_ok=True)
+    info = build(building)
+    os.replace(building, final)
+    if Path(f"{building}.wal").exists():
+        os.replace(f"{building}.wal", f"{final}.wal")
+    info.path = final
     _drop_superseded(stores, family, keep=final)
-    meta = {
-        "family": family,
-        "dataset": dataset.name,
+    record = {
+        "family": dict(family),
+        "dataset": name,
         "documents": info.documents,
         "items": info.items,
         "skipped_empty": info.skipped_empty,
-        "model": embedder.name,
-        "fingerprint": embedder.fingerprint,
-        "schema": SCHEMA_VERSION,
-        "options": dataclasses.asdict(options),
+        **(meta or {}),
         "build_s": round(info.build_s, 2),
     }
-    marker.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    marker.write_text(json.dumps(record, indent=2), encoding="utf-8")
     return info
 
 
