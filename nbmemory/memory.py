@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,15 +26,15 @@ from nbmemory.embed.loader import load_for_store
 from nbmemory.errors import ConfigError, ModelMismatchError, NotFoundError
 from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
+from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
-from nbmemory.search.filters import Filters, parse_when
+from nbmemory.progress import stderr_bar
 from nbmemory.search.pipeline import MAX_K, PipelineConfig, SearchPipeline, SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, reembed, request_keys, vectors
 from nbmemory.store import items as item_rows
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.doctor import DoctorReport, run_doctor
-from nbmemory.store.migrations import LINK_TYPES
 from nbmemory.store.search_log import SearchLog
 from nbmemory.tune import versions
 
@@ -124,19 +125,13 @@ class Memory:
     def _check_model(self, embedder: Embedder) -> None:
         stored = self.db.get_meta("model_fingerprint")
         if stored is None:
-            with self.db.transaction():
-                vectors.ensure_table(self.db, embedder.dim)
-                self.db.set_meta("model_fingerprint", embedder.fingerprint)
-                self.db.set_meta("model_name", embedder.name)
-                self.db.set_meta("model_dim", embedder.dim)
-            vectors.create_index(self.db)
+            vectors.start(self.db, embedder)
         elif stored == embedder.fingerprint:
             # A load killed while the index was dropped (vectors.bulk_load) left none: rebuild.
             vectors.ensure_index(self.db)
         else:
-            name = self.db.get_meta("model_name")
             message = (
-                f"memory file {self.path} holds vectors from model {name!r} "
+                f"memory file {self.path} holds vectors from model {self.db.get_meta('model_name')!r} "
                 f"({stored}); the current model is {embedder.name!r} ({embedder.fingerprint})"
             )
             if self.on_model_change == "error":
@@ -151,8 +146,7 @@ class Memory:
         self._set_model_state(True)
 
     def _set_model_state(self, checked: bool, mismatch: str | None = None) -> None:
-        self._model_checked = checked
-        self._model_mismatch = mismatch
+        self._model_checked, self._model_mismatch = checked, mismatch
 
     def _require_model_match(self) -> Embedder:
         embedder = self.embedder
@@ -166,11 +160,6 @@ class Memory:
         if self.show_progress:
             print(message, file=sys.stderr)
 
-    def _progress_bar(self, total: int, desc: str) -> Any:
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc, disable=not self.show_progress, file=sys.stderr, leave=False)
-
     # -- ingest -----------------------------------------------------------------------------
     def index(
         self,
@@ -181,23 +170,10 @@ class Memory:
         if not paths:
             raise ConfigError("index needs at least one file or folder")
         embedder = self._require_model_match()
-        bar = None
-        if progress is None and self.show_progress:
-            bar = self._progress_bar(0, "indexing")
-
-            def progress(done: int, total: int, path: str) -> None:
-                bar.total = total
-                bar.n = done
-                bar.refresh()
-
-        indexer = Indexer(
-            self.db, embedder, int(self.settings.max_file_mb * 1e6), progress=progress, log=self._log
-        )
-        try:
+        with stderr_bar("indexing", self.show_progress) as bar:
+            max_bytes = int(self.settings.max_file_mb * 1e6)
+            indexer = Indexer(self.db, embedder, max_bytes, progress=progress or bar, log=self._log)
             report = indexer.run(paths, namespace or self.settings.namespace)
-        finally:
-            if bar is not None:
-                bar.close()
         self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
         return report
 
@@ -227,13 +203,7 @@ class Memory:
         if not text or not text.strip():
             raise ConfigError("nothing to remember: the text is empty")
         validate.check_importance(importance)
-        for what, value in (
-            ("text", text),
-            ("heading", heading),
-            ("source", source),
-            ("namespace", namespace),
-        ):
-            validate.check_unicode(value, what)
+        validate.check_fields(text=text, heading=heading, source=source, namespace=namespace)
         new_id = self._store_texts(
             [text], namespace, validate.clean_tags(tags), importance, [source], [heading], request_key
         )[0]
@@ -253,16 +223,7 @@ class Memory:
         progress: Callable[[int], None] | None = None,
         request_key: str | None = None,
     ) -> list[int]:
-        if sources is not None and len(sources) != len(texts):
-            raise ConfigError(f"sources has {len(sources)} entries for {len(texts)} texts")
-        if headings is not None and len(headings) != len(texts):
-            raise ConfigError(f"headings has {len(headings)} entries for {len(texts)} texts")
-        for i, text in enumerate(texts):
-            if not text or not text.strip():
-                raise ConfigError(f"text {i} is empty: nothing was stored")
-            validate.check_unicode(text, f"text {i}")
-            validate.check_unicode(headings[i] if headings is not None else None, f"heading {i}")
-            validate.check_unicode(sources[i] if sources is not None else None, f"source {i}")
+        validate.check_batch(texts, sources, headings)
         validate.check_unicode(namespace, "namespace")
         validate.check_importance(importance)
         self._require_model_match()
@@ -302,18 +263,8 @@ class Memory:
     ) -> list[int]:
         """Redact, embed and insert remembered texts in one transaction, with their request key."""
         embedder = self._require_model_match()
-        rows = [
-            chunk_rows.NewChunk(
-                namespace=namespace or self.settings.namespace,
-                kind="memory",
-                text=redact(text.strip()).text,
-                heading=redact(heading).text,
-                source=source,
-                tags=tags,
-                importance=importance,
-            )
-            for text, source, heading in zip(texts, sources, headings, strict=True)
-        ]
+        ns = namespace or self.settings.namespace
+        rows = remembered_rows(texts, ns, tags, importance, sources, headings)
         vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
         with self.db.transaction():
             new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow())
@@ -335,32 +286,16 @@ class Memory:
     ) -> Item:
         validate.check_unicode(text, "text")
         item = self.get(item_id, touch=False)
-        now = utcnow()
+        clean_tags = None if tags is None else validate.clean_tags(tags)
+        if importance is not None:
+            validate.check_importance(importance)
+        new_text = None
+        if text is not None and text.strip() and text.strip() != item.text:
+            clean = redact(text.strip()).text
+            embedder = self._require_model_match()
+            new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
         with self.db.transaction():
-            if tags is not None:
-                self.db.execute(
-                    "UPDATE chunks SET tags = ?, updated_at = ? WHERE id = ?",
-                    [validate.clean_tags(tags), now, item.id],
-                )
-            if importance is not None:
-                validate.check_importance(importance)
-                self.db.execute(
-                    "UPDATE chunks SET importance = ?, updated_at = ? WHERE id = ?",
-                    [importance, now, item.id],
-                )
-            if pinned is not None:
-                self.db.execute("UPDATE chunks SET pinned = ? WHERE id = ?", [pinned, item.id])
-            if text is not None and text.strip() and text.strip() != item.text:
-                clean = redact(text.strip()).text
-                embedder = self._require_model_match()
-                vec = embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)])
-                self.db.execute(
-                    "UPDATE chunks SET text = ?, content_hash = ?, updated_at = ?, "
-                    "seq = nextval('chunk_seq') WHERE id = ?",
-                    [clean, chunk_rows.content_hash(item.heading, clean), now, item.id],
-                )
-                vectors.put(self.db, [item.id], vec)
-                fts.add_delta(self.db, [item.id])
+            item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
         vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
@@ -375,8 +310,7 @@ class Memory:
     ) -> list[int]:
         if sum(x is not None for x in (item_id, query, path)) != 1:
             raise ConfigError("forget needs exactly one of: an id, query=..., path=...")
-        for what, value in (("query", query), ("path", path), ("namespace", namespace)):
-            validate.check_unicode(value, what)
+        validate.check_fields(query=query, path=path, namespace=namespace)
         if item_id is not None:
             ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
             item_rows.require_ids(self.db, ids)
@@ -399,10 +333,7 @@ class Memory:
         return ids if count else []
 
     def link(self, src: int, dst: int, type: str = "related", note: str | None = None) -> None:
-        if type not in LINK_TYPES:
-            raise ConfigError(f"link type {type!r} is not one of {', '.join(LINK_TYPES)}")
-        if src == dst:
-            raise ConfigError("an item cannot link to itself")
+        item_rows.check_link(src, dst, type)
         self.get(src, touch=False)
         self.get(dst, touch=False)
         item_rows.add_link(self.db, src, dst, type, note)
@@ -416,14 +347,9 @@ class Memory:
         vec = vectors.get(self.db, [item.id]).get(item.id)
         if vec is None:
             raise NotFoundError(f"item {item_id} has no vector: run `nbmemory doctor --repair`")
-        where, params = Filters(namespace=namespace).sql()
-        found, _ = vectors.search(
-            self.db, vec, k + 1, embedder.dim, None if namespace is None else where, params
-        )
-        ids = [i for i, _ in found if i != item.id][:k]
+        ids, sims = vectors.neighbours(self.db, item.id, vec, k, namespace)
         linked = [r["dst"] if r["src"] == item.id else r["src"] for r in self.links(item.id)]
         ids += [i for i in linked if i not in ids]
-        sims = {i: 1.0 - d for i, d in found}
         pipeline = SearchPipeline(self.db, embedder, self.pipeline_config)
         hits = pipeline._hydrate(
             [(i, sims.get(i, 0.0)) for i in ids],
@@ -450,22 +376,10 @@ class Memory:
         log: bool = True,
     ) -> SearchResult:
         started = time.perf_counter()
-        kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())
-        for what, value in (("the query", query), ("namespace", namespace), ("path", path)):
-            validate.check_unicode(value, what)
-        for value in (*tags, *kinds):
-            validate.check_unicode(value, "filter")
+        filters = validate.search_filters(query, namespace, kind, path, tags, since, until)
         if k > MAX_K:
             # search_log.k is an INTEGER and the retrievers fetch a multiple of k as a BIGINT.
             raise ConfigError(f"k must be at most {MAX_K}, got {k}")
-        filters = Filters(
-            namespace=namespace,
-            kinds=kinds,
-            path=path,
-            tags=tuple(tags),
-            since=parse_when(since),
-            until=parse_when(until),
-        )
         embedder = self._require_model_match()
         result = SearchPipeline(self.db, embedder, config or self.pipeline_config).run(query, k, filters)
         if log:
@@ -481,21 +395,10 @@ class Memory:
     def reembed(self) -> int:
         return self._reembed(self._loaded_embedder())
 
-    def _reembed(self, embedder: Embedder, on_progress: Callable[[int, int], None] | None = None) -> int:
-        bar = self._progress_bar(0, "re-embedding")
-
-        def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-            if on_progress is not None:
-                on_progress(done, total)
-
-        try:
+    def _reembed(self, embedder: Embedder) -> int:
+        with stderr_bar("re-embedding", self.show_progress) as progress:
             reembed.stage(self.db, embedder, progress)
             return reembed.swap(self.db, embedder, self._switch_model, progress)
-        finally:
-            bar.close()
 
     def _switch_model(self, embedder: Embedder) -> None:
         # Called by reembed.swap under the database lock, in the same step as the swap.
@@ -529,15 +432,8 @@ class Memory:
 
         current = self._require_model_match()
         self.flush()  # the search log is one of the query sources
-        return tune_memory(
-            self.db,
-            current,
-            self.settings,
-            self.pipeline_config,
-            lambda candidate: reembed.swap(self.db, candidate, self._switch_model),
-            options,
-            progress,
-        )
+        adopt = partial(reembed.swap, self.db, on_swapped=self._switch_model)
+        return tune_memory(self.db, current, self.settings, self.pipeline_config, adopt, options, progress)
 
     def stats(self) -> dict[str, Any]:
         self.flush()

@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nbmemory.errors import ConfigError, NotFoundError
 from nbmemory.items import ITEM_COLUMNS, Item
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database, utcnow
+from nbmemory.store.migrations import LINK_TYPES
 
 EXPORT_FORMATS = {".parquet": "PARQUET", ".csv": "CSV, HEADER", ".jsonl": "JSON", ".json": "JSON"}
 
@@ -25,6 +28,34 @@ def get(db: Database, item_id: int, *, touch: bool, include_forgotten: bool) -> 
             [utcnow(), int(item_id)],
         )
     return Item.from_row(row)
+
+
+def update(
+    db: Database,
+    item: Item,
+    tags: list[str] | None,
+    importance: float | None,
+    pinned: bool | None,
+    new_text: tuple[str, np.ndarray] | None,
+) -> None:
+    """Change what is given (inside the caller's transaction); new text comes with its vector."""
+    now = utcnow()
+    if tags is not None:
+        db.execute("UPDATE chunks SET tags = ?, updated_at = ? WHERE id = ?", [tags, now, item.id])
+    if importance is not None:
+        db.execute(
+            "UPDATE chunks SET importance = ?, updated_at = ? WHERE id = ?", [importance, now, item.id]
+        )
+    if pinned is not None:
+        db.execute("UPDATE chunks SET pinned = ? WHERE id = ?", [pinned, item.id])
+    if new_text is not None:
+        text, vec = new_text
+        db.execute(
+            "UPDATE chunks SET text = ?, content_hash = ?, updated_at = ?, seq = nextval('chunk_seq') WHERE id = ?",
+            [text, chunk_rows.content_hash(item.heading, text), now, item.id],
+        )
+        vectors.put(db, [item.id], vec)
+        fts.add_delta(db, [item.id])
 
 
 def require_ids(db: Database, ids: list[int]) -> None:
@@ -64,6 +95,13 @@ def forget_files(db: Database, pattern: str, namespace: str | None) -> None:
         + (" AND namespace = ?" if namespace is not None else ""),
         [utcnow(), pattern, pattern, *([namespace] if namespace is not None else [])],
     )
+
+
+def check_link(src: int, dst: int, type: str) -> None:
+    if type not in LINK_TYPES:
+        raise ConfigError(f"link type {type!r} is not one of {', '.join(LINK_TYPES)}")
+    if src == dst:
+        raise ConfigError("an item cannot link to itself")
 
 
 def add_link(db: Database, src: int, dst: int, type: str, note: str | None) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory.embed.base import Embedder
 from nbmemory.store.db import Database
 
 INDEX_NAME = "vectors_hnsw"
@@ -40,6 +41,16 @@ class VectorPlan:
     method: str  # "hnsw", "hnsw+filter", "exact", "hnsw->exact"
     fetched: int = 0
     matching_rows: int | None = None
+
+
+def start(db: Database, embedder: Embedder) -> None:
+    """Give an empty store its model: the vectors table, the model's meta rows, the index."""
+    with db.transaction():
+        ensure_table(db, embedder.dim)
+        db.set_meta("model_fingerprint", embedder.fingerprint)
+        db.set_meta("model_name", embedder.name)
+        db.set_meta("model_dim", embedder.dim)
+    create_index(db)
 
 
 def ensure_table(db: Database, dim: int) -> None:
@@ -270,3 +281,14 @@ def search(
         rows = db.fetchall(exact_sql, [qv, *params, limit])
         method = "hnsw->exact"
     return [(int(a), float(b)) for a, b in rows], VectorPlan(method, fetch, matching)
+
+
+def neighbours(
+    db: Database, item_id: int, vec: np.ndarray, k: int, namespace: str | None
+) -> tuple[list[int], dict[int, float]]:
+    """The ``k`` items nearest to ``vec`` other than ``item_id`` (in ``namespace`` when given),
+    and the cosine similarity of everything the search found."""
+    where = None if namespace is None else "c.namespace = ?"
+    found, _ = search(db, vec, k + 1, len(vec), where, [] if namespace is None else [namespace])
+    ids = [i for i, _ in found if i != item_id][:k]
+    return ids, {i: 1.0 - d for i, d in found}
