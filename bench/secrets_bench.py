@@ -1,6 +1,6 @@
 """Secret redaction benchmark: recall per vendor, overall recall, false-positive rate; prints JSON.
 
-The labelled set is generated (seeded) by :mod:`nbmemory.eval.secrets`: fake keys in each
+The labelled set is generated (seeded) by :mod:`bench.secret_corpus`: fake keys in each
 vendor's documented format, in many contexts, and look-alikes that are not secrets. With
 ``--pipeline`` the positives are also written into notebooks (cell sources and outputs), indexed,
 and looked for in the stored text, the embedder's input and the full-text index.
@@ -13,16 +13,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-from nbmemory.eval import secrets
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import secret_corpus  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--seeds", default=str(secrets.SEED), help="comma-separated RNG seeds (default 20240611)"
+        "--seeds", default=str(secret_corpus.SEED), help="comma-separated RNG seeds (default 20240611)"
     )
     parser.add_argument("--per-format", type=int, default=6, help="secrets per vendor format (default 6)")
     parser.add_argument("--per-family", type=int, default=12, help="look-alikes per family (default 12)")
@@ -31,14 +37,14 @@ def main() -> None:
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         started = time.perf_counter()
-        cases = secrets.positives(seed=seed, per_format=args.per_format)
-        looks = secrets.negatives(seed=seed, per_family=args.per_family)
-        result = secrets.score(cases, looks).to_dict()
+        cases = secret_corpus.positives(seed=seed, per_format=args.per_format)
+        looks = secret_corpus.negatives(seed=seed, per_family=args.per_family)
+        result = secret_corpus.score(cases, looks).to_dict()
         result = {"seed": seed, **result, "seconds": round(time.perf_counter() - started, 2)}
         if args.pipeline:
             started = time.perf_counter()
             with tempfile.TemporaryDirectory() as folder:
-                result["pipeline"] = secrets.pipeline_score(folder, cases).to_dict()
+                result["pipeline"] = secret_corpus.pipeline_score(folder, cases).to_dict()
             result["pipeline"]["seconds"] = round(time.perf_counter() - started, 2)
         runs.append(result)
     print(json.dumps(runs[0] if len(runs) == 1 else runs, indent=2))

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
-from nbmemory.eval import secrets
-from nbmemory.eval.secrets import SecretCase, leaked
 from nbmemory.ingest import indexer
 from nbmemory.ingest.redact import KINDS, Redaction, redact
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench import secret_corpus
+from bench.secret_corpus import SecretCase, leaked
 
 # The bounds this suite holds the redactor to.
 MIN_RECALL = 0.99
@@ -36,8 +39,8 @@ FAMILIES = {
     "version", "identifier", "model-id", "notebook-metadata", "reference", "prose", "code", "cli",
 }  # fmt: skip
 
-POSITIVES = secrets.positives()
-NEGATIVES = secrets.negatives()
+POSITIVES = secret_corpus.positives()
+NEGATIVES = secret_corpus.negatives()
 
 # Written by hand, not by the generator: formats and contexts the rules were not tuned on.
 HELD_OUT: list[tuple[str, str | None]] = [
@@ -100,15 +103,15 @@ def test_the_labelled_set_is_large_varied_and_reproducible() -> None:
     assert {n.family for n in NEGATIVES} >= FAMILIES
     assert {c.kind for c in POSITIVES} <= set(KINDS)
     # Same seed, same set; another seed, other values.
-    assert [c.text for c in secrets.positives()] == [c.text for c in POSITIVES]
-    same = {c.secrets for c in secrets.positives(seed=7)} & {c.secrets for c in POSITIVES}
+    assert [c.text for c in secret_corpus.positives()] == [c.text for c in POSITIVES]
+    same = {c.secrets for c in secret_corpus.positives(seed=7)} & {c.secrets for c in POSITIVES}
     assert same == {("AKIAIOSFODNN7EXAMPLE",), ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",)}
     # Every secret is really in its text, and no look-alike text holds a positive's value.
     assert all(s in c.text for c in POSITIVES for s in c.secrets)
 
 
 def test_recall_false_positive_rate_and_labels_meet_the_bounds() -> None:
-    result = secrets.score(POSITIVES, NEGATIVES)
+    result = secret_corpus.score(POSITIVES, NEGATIVES)
     figures = result.to_dict()
     print(json.dumps({k: figures[k] for k in ("positives", "negatives", "recall", "false_positive_rate")}))
     weak = {v: rate(*pair) for v, pair in result.per_vendor.items() if rate(*pair) < MIN_VENDOR_RECALL}
@@ -121,8 +124,8 @@ def test_recall_false_positive_rate_and_labels_meet_the_bounds() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_the_bounds_hold_for_other_seeds(seed: int) -> None:
-    result = secrets.score(
-        secrets.positives(seed=seed, per_format=10), secrets.negatives(seed=seed, per_family=20)
+    result = secret_corpus.score(
+        secret_corpus.positives(seed=seed, per_format=10), secret_corpus.negatives(seed=seed, per_family=20)
     )
     assert result.recall >= MIN_RECALL, result.to_dict()["misses"]
     assert result.fp_rate <= MAX_FP_RATE, result.to_dict()["false_positive_texts"]
@@ -145,8 +148,8 @@ def test_the_scorer_sees_a_leak_and_a_false_positive() -> None:
     def greedy(text: str) -> tuple[str, dict[str, int]]:
         return "[REDACTED:high-entropy]", {"high-entropy": 1}
 
-    assert secrets.score(POSITIVES[:50], NEGATIVES[:50], lazy).recall == 0.0
-    assert secrets.score(POSITIVES[:50], NEGATIVES[:50], greedy).fp_rate == 1.0
+    assert secret_corpus.score(POSITIVES[:50], NEGATIVES[:50], lazy).recall == 0.0
+    assert secret_corpus.score(POSITIVES[:50], NEGATIVES[:50], greedy).fp_rate == 1.0
     # Half a token left behind is a leak.
     token = "ghp_" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2Y"
     assert leaked(token, "kept ghp_Ab1Cd2Ef3Gh4 only") and not leaked(token, "ghp_Ab1Cd")
@@ -157,7 +160,7 @@ def test_the_scorer_sees_a_leak_and_a_false_positive() -> None:
 
 def test_no_secret_reaches_stored_text_vectors_or_fts_through_notebooks(tmp_path: Path) -> None:
     sample = POSITIVES[::3]
-    result = secrets.pipeline_score(tmp_path, sample)
+    result = secret_corpus.pipeline_score(tmp_path, sample)
     figures = result.to_dict()
     print(json.dumps({k: figures[k] for k in ("cases", "notebooks", "chunks", "leaks")}))
     assert result.chunks >= result.notebooks * 2
@@ -168,7 +171,7 @@ def test_no_secret_reaches_stored_text_vectors_or_fts_through_notebooks(tmp_path
 
 @pytest.mark.slow
 def test_every_positive_through_notebooks(tmp_path: Path) -> None:
-    result = secrets.pipeline_score(tmp_path, POSITIVES)
+    result = secret_corpus.pipeline_score(tmp_path, POSITIVES)
     assert result.leaks == 0, result.to_dict()
 
 
@@ -177,17 +180,17 @@ def test_the_pipeline_check_sees_leaks_when_redaction_is_off(
 ) -> None:
     monkeypatch.setattr(indexer, "redact", lambda text: Redaction(text, {}))
     sample = POSITIVES[::25]
-    result = secrets.pipeline_score(tmp_path, sample)
+    result = secret_corpus.pipeline_score(tmp_path, sample)
     assert len(result.in_stored_text) == len(result.in_embedded_text) == len(sample)
     assert len(result.in_fts_terms) >= 0.8 * len(sample)
 
 
 def _boundary_cases() -> list[SecretCase]:
     rng = random.Random(3)
-    alnum = secrets.ALNUM
+    alnum = secret_corpus.ALNUM
     cases = []
     # A token across the 2,000-character cap of a notebook output.
-    token = "ghp_" + secrets._rand(rng, alnum, 36)
+    token = "ghp_" + secret_corpus._rand(rng, alnum, 36)
     cases.append(
         SecretCase(
             "github",
@@ -198,7 +201,7 @@ def _boundary_cases() -> list[SecretCase]:
             "notebook-output",
         )
     )
-    key = "sk-proj-" + secrets._rand(rng, secrets.URLSAFE, 150)
+    key = "sk-proj-" + secret_corpus._rand(rng, secret_corpus.URLSAFE, 150)
     cases.append(
         SecretCase(
             "openai",
@@ -210,7 +213,7 @@ def _boundary_cases() -> list[SecretCase]:
         )
     )
     # A line with no space longer than a chunk (minified code, a long query string).
-    slack = f"xoxb-{secrets._rand(rng, secrets.DIGITS, 12)}-{secrets._rand(rng, secrets.DIGITS, 13)}-{secrets._rand(rng, alnum, 24)}"
+    slack = f"xoxb-{secret_corpus._rand(rng, secret_corpus.DIGITS, 12)}-{secret_corpus._rand(rng, secret_corpus.DIGITS, 13)}-{secret_corpus._rand(rng, alnum, 24)}"
     cases.append(
         SecretCase(
             "slack",
@@ -222,15 +225,15 @@ def _boundary_cases() -> list[SecretCase]:
         )
     )
     # A 4096-bit key in one code cell: several chunks, BEGIN in one, END in another.
-    pem, rows = secrets._pem_key(rng, "RSA PRIVATE KEY", 50)
+    pem, rows = secret_corpus._pem_key(rng, "RSA PRIVATE KEY", 50)
     cases.append(
         SecretCase("private-key", "long", "private-key", tuple(rows), f'KEY = """{pem}"""', "python")
     )
     # A JWT longer than a chunk: its signature (the credential) must go wherever the cut falls.
-    jwt = secrets._jwt(rng, "RS256")
+    jwt = secret_corpus._jwt(rng, "RS256")
     head, _payload, signature = jwt.split(".")
     claims = json.dumps({"sub": "1", "groups": [f"team-{i}" for i in range(120)]}).encode()
-    long_jwt = f"{head}.{secrets._b64url(claims)}.{signature}"
+    long_jwt = f"{head}.{secret_corpus._b64url(claims)}.{signature}"
     cases.append(
         SecretCase(
             "jwt",
@@ -245,7 +248,7 @@ def _boundary_cases() -> list[SecretCase]:
 
 
 def test_secrets_cut_by_chunk_boundaries_or_output_caps_do_not_leak_halves(tmp_path: Path) -> None:
-    result = secrets.pipeline_score(tmp_path, _boundary_cases())
+    result = secret_corpus.pipeline_score(tmp_path, _boundary_cases())
     assert result.leaks == 0, result.to_dict()
 
 

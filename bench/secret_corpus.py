@@ -1,4 +1,4 @@
-"""A labelled benchmark for the secret redactor (:func:`nbmemory.ingest.redact.redact`).
+"""A labelled set of fake secrets for the secret redactor (:func:`nbmemory.ingest.redact.redact`).
 
 Positives are fake credentials generated with a seeded RNG from each vendor's documented format
 (prefix, alphabet, length, checksum-free), placed in the contexts they turn up in: code
