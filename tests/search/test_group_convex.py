@@ -1,0 +1,42 @@
+"""Grouping by source and convex fusion, against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbmemory.search.convex import convex
+from nbmemory.search.group import group_by_source
+
+
+def test_convex_weights_normalised_scores_and_counts_a_missing_side_as_zero() -> None:
+    fused = convex({"bm25": {1: 1.0, 2: 0.5}, "vector": {2: 0.8, 3: 0.6}}, {"bm25": 0.2, "vector": 0.8})
+    assert [i for i, _ in fused] == [2, 3, 1]
+    assert dict(fused)[2] == pytest.approx(0.2 * 0.5 + 0.8 * 0.8)
+    assert dict(fused)[3] == pytest.approx(0.8 * 0.6)
+    assert dict(fused)[1] == pytest.approx(0.2 * 1.0)
+
+
+def test_convex_ties_break_by_best_single_score_then_first_seen() -> None:
+    fused = convex({"a": {1: 0.5, 2: 1.0}, "b": {1: 0.5}}, {"a": 0.5, "b": 0.5})
+    assert [i for i, _ in fused] == [2, 1]  # 0.5 each; 2 has the better single score
+    assert [i for i, _ in convex({"a": {7: 0.3, 8: 0.3}}, {"a": 1.0})] == [7, 8]
+
+
+def test_convex_refuses_a_negative_weight() -> None:
+    with pytest.raises(ValueError, match="must be >= 0"):
+        convex({"a": {1: 1.0}}, {"a": -0.1})
+
+
+def test_group_keeps_the_best_chunk_of_each_source_and_counts_the_rest() -> None:
+    order = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.5), (6, 0.4)]
+    source = {1: "a.md", 2: "a.md", 3: None, 4: "b.md", 5: "a.md", 6: None}
+    leaders, more = group_by_source(order, source, k=3)
+    assert leaders == [(1, 0.9), (3, 0.7), (4, 0.6)]
+    assert more == {1: [2, 5], 3: [], 4: []}
+
+
+def test_group_counts_chunks_of_kept_sources_past_the_kth_group() -> None:
+    leaders, more = group_by_source([(1, 0.9), (2, 0.8), (3, 0.7)], {1: "a", 2: "b", 3: "a"}, k=1)
+    assert leaders == [(1, 0.9)] and more == {1: [3]}
+    with pytest.raises(ValueError, match="greater than 0"):
+        group_by_source([], {}, k=0)
