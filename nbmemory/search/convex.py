@@ -43,3 +43,21 @@ def convex(scores: Mapping[str, Mapping[K, float]], weights: Mapping[str, float]
             best[item] = max(best.get(item, s), s)
             order.setdefault(item, len(order))
     return sorted(fused.items(), key=lambda kv: (-kv[1], -best[kv[0]], order[kv[0]]))
+
+
+def query_mass(idf: Mapping[str, tuple[float, int]], unseen_idf: float) -> float:
+    """The query's IDF mass: the sum of its terms' IDF, a term no item holds at ``unseen_idf``.
+
+    A BM25 score divided by it is the share of the query an item matches (about 1 for an item
+    holding every query term once at average length; above 1 with repeats or in short items):
+    an absolute scale, unlike division by the best score, which makes a poor best match look
+    perfect.
+    """
+    return sum(value if df > 0 else unseen_idf for value, df in idf.values())
+
+
+def scale_bm25(scores: Mapping[K, float], mass: float) -> dict[K, float]:
+    """BM25 scores as shares of the query's IDF mass (:func:`query_mass`); 0 for a massless query."""
+    if mass <= 0:
+        return {item: 0.0 for item in scores}
+    return {item: s / mass for item, s in scores.items()}

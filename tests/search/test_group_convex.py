@@ -40,3 +40,12 @@ def test_group_counts_chunks_of_kept_sources_past_the_kth_group() -> None:
     assert leaders == [(1, 0.9)] and more == {1: [3]}
     with pytest.raises(ValueError, match="greater than 0"):
         group_by_source([], {}, k=0)
+
+
+def test_bm25_scales_by_the_query_idf_mass_with_unseen_terms_counted() -> None:
+    from nbmemory.search.convex import query_mass, scale_bm25
+
+    mass = query_mass({"kafka": (2.0, 3), "lag": (1.0, 9), "zzz": (0.0, 0)}, unseen_idf=4.0)
+    assert mass == pytest.approx(7.0)
+    assert scale_bm25({1: 3.5, 2: 7.0}, mass) == {1: pytest.approx(0.5), 2: pytest.approx(1.0)}
+    assert scale_bm25({1: 3.5}, 0.0) == {1: 0.0}
