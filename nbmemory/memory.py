@@ -351,7 +351,7 @@ class Memory:
         linked = [r["dst"] if r["src"] == item.id else r["src"] for r in self.links(item.id)]
         ids += [i for i in linked if i not in ids]
         pipeline = SearchPipeline(self.db, embedder, self.pipeline_config)
-        hits = pipeline._hydrate(
+        hits = pipeline.hydrate(
             [(i, sims.get(i, 0.0)) for i in ids],
             item.text,
             {"vector": {i: r for r, i in enumerate(ids, 1)}},

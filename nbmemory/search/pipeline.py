@@ -1,16 +1,14 @@
-"""The hybrid search pipeline: BM25 and vector retrieval, RRF fusion, hydration.
+"""The hybrid search pipeline: BM25 and vector retrieval, RRF fusion, the optional stages,
+hydration.
 
-Each stage is a named step that records its output into a :class:`Trace`.
+Each stage is a named step (:meth:`Trace.step`) that records what it did into the trace.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +23,13 @@ from nbmemory.search import reject as reject_mod
 from nbmemory.search import rerank as rerank_mod
 from nbmemory.search import supersede as supersede_mod
 from nbmemory.search.adaptive import QueryEvidence
+from nbmemory.search.base import Query, Retrieved, Retriever
+from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.filters import Filters
 from nbmemory.search.fusion import rrf
-from nbmemory.search.trace import Stage, Trace
+from nbmemory.search.rows import CandidateRow, HitRow, fetch_rows
+from nbmemory.search.trace import Trace
+from nbmemory.search.vector import VectorRetriever
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database, utcnow
 
@@ -219,20 +221,35 @@ def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
     return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
 
 
-_EMBED_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmemory-embed")
-OVERLAP_EMBEDDING = (os.cpu_count() or 1) > 2
+Ranked = list[tuple[int, float]]
 
 
-def _timed_embed(embedder: Embedder, query: str) -> tuple[np.ndarray, float]:
-    t0 = time.perf_counter()
-    vec = embedder.embed_query(query)
-    return vec, (time.perf_counter() - t0) * 1000
+def checked_query(query: str, k: int) -> str:
+    """``query`` cut to :data:`MAX_QUERY_CHARS`, or a :class:`ConfigError` naming what is wrong."""
+    if k <= 0:
+        raise ConfigError(f"k must be greater than 0, got {k}")
+    if k > MAX_K:
+        raise ConfigError(f"k must be at most {MAX_K}, got {k}")
+    if not query or not query.strip():
+        raise ConfigError("the query is empty: type some words to search for")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"the query holds a lone surrogate (U+{ord(query[exc.start]):04X} at position {exc.start}): "
+            "it is not valid Unicode text"
+        ) from None
+    return query[:MAX_QUERY_CHARS]
 
 
-_HIT_COLUMNS = (
-    "id, text, source, kind, namespace, heading, cell_id, cell_index, line_start, line_end, tags, "
-    "importance, updated_at"
-)
+def _ranks(found: Mapping[str, Retrieved]) -> dict[str, dict[int, int]]:
+    """Retriever -> item -> its 1-based rank there."""
+    return {name: {doc: r for r, doc in enumerate(got.ids, start=1)} for name, got in found.items()}
+
+
+def _scores(found: Mapping[str, Retrieved]) -> dict[str, dict[int, float]]:
+    """Retriever -> item -> the retriever's own score."""
+    return {name: got.scores for name, got in found.items()}
 
 
 class _Pool:
@@ -243,7 +260,7 @@ class _Pool:
         self.ids = ids
         self.qvec = qvec
         self._vectors: dict[int, np.ndarray] | None = None
-        self._rows: dict[int, tuple[Any, ...]] | None = None
+        self._rows: dict[int, CandidateRow] | None = None
 
     def vectors(self) -> dict[int, np.ndarray]:
         """Candidate -> unit-length embedding."""
@@ -272,143 +289,55 @@ class _Pool:
                 out[i] = float(v @ q)
         return out
 
-    def rows(self) -> dict[int, tuple[Any, ...]]:
+    def rows(self) -> dict[int, CandidateRow]:
         """Every candidate's live row: the columns of a hit, then the recency signals."""
         if self._rows is None:
-            rows = self.db.fetchall(
-                f"SELECT {_HIT_COLUMNS}, created_at, last_retrieved_at, retrieval_count, pinned "
-                "FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
-                [self.ids],
-            )
-            self._rows = {int(r[0]): r for r in rows}
+            self._rows = fetch_rows(self.db, self.ids, CandidateRow)
         return self._rows
 
     def meta(self) -> dict[int, decay.ItemSignals]:
         return {
-            i: decay.ItemSignals(r[13], r[14], float(r[11]), int(r[15]), bool(r[16]))
+            i: decay.ItemSignals(
+                r.created_at, r.last_retrieved_at, float(r.importance), int(r.retrieval_count), bool(r.pinned)
+            )
             for i, r in self.rows().items()
         }
 
     def texts(self, ids: list[int]) -> dict[int, str]:
         rows = self.rows()
         return {
-            i: (f"{rows[i][5]}\n{rows[i][1]}" if rows[i][5] else str(rows[i][1])) for i in ids if i in rows
+            i: (f"{rows[i].heading}\n{rows[i].text}" if rows[i].heading else str(rows[i].text))
+            for i in ids
+            if i in rows
         }
 
 
 class SearchPipeline:
-    """Runs one hybrid search over a :class:`Database` with an :class:`Embedder`."""
+    """Runs one hybrid search over a :class:`Database` with an :class:`Embedder`.
+
+    ``retrievers`` are the configured ones, BM25 first: their order is the order of their
+    stages and of the ranks an explanation lists.
+    """
 
     def __init__(self, db: Database, embedder: Embedder, config: PipelineConfig | None = None):
         self.db = db
         self.embedder = embedder
         self.config = config or PipelineConfig()
+        known: list[Retriever] = [BM25Retriever(db), VectorRetriever(db, embedder)]
+        self.retrievers = [r for r in known if r.name in self.config.retrievers]
 
     def run(self, query: str, k: int = 10, filters: Filters | None = None) -> SearchResult:
-        if k <= 0:
-            raise ConfigError(f"k must be greater than 0, got {k}")
-        if k > MAX_K:
-            raise ConfigError(f"k must be at most {MAX_K}, got {k}")
-        if not query or not query.strip():
-            raise ConfigError("the query is empty: type some words to search for")
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ConfigError(
-                f"the query holds a lone surrogate (U+{ord(query[exc.start]):04X} at position {exc.start}): "
-                "it is not valid Unicode text"
-            ) from None
-        query = query[:MAX_QUERY_CHARS]
-        filters = filters or Filters()
+        """The ``k`` best hits for ``query`` among the items matching ``filters``, and the trace."""
+        text = checked_query(query, k)
         config = self.config
-        trace = Trace(query)
-        depth = config.depth or max(50, 3 * k)
-        where, params = filters.sql()
-        rankings: dict[str, list[int]] = {}
-        raw: dict[str, dict[int, float]] = {}
-        qvec: np.ndarray | None = None
-        bm25_held: dict[int, set[str]] = {}
-
-        # With cores to spare the query embedding (torch, outside the GIL) runs while BM25 runs
-        # in DuckDB; on 2 cores the two slow each other down (measured: 13 ms -> 23-33 ms).
-        pending_vec: Future[tuple[np.ndarray, float]] | None = None
-        if "vector" in config.retrievers:
-            if OVERLAP_EMBEDDING:
-                pending_vec = _EMBED_POOL.submit(_timed_embed, self.embedder, query)
-            else:
-                pending_vec = Future()
-                pending_vec.set_result(_timed_embed(self.embedder, query))
-
-        if "bm25" in config.retrievers:
-            t0 = time.perf_counter()
-            rebuilt = fts.ensure_fresh(self.db)
-            terms = fts.query_terms(self.db, query)
-            held: dict[int, set[str]] = {}
-            found = fts.search(self.db, terms, depth, where, params, matched=held)
-            stage = trace.add(Stage("bm25", [i for i, _ in found], dict(found)))
-            stage.notes = {"terms": terms, "index_rebuilt": rebuilt}
-            stage.detail = {i: "holds " + " ".join(sorted(held.get(i, ()))) for i in stage.output[:5]}
-            bm25_held = held
-            stage.ms = (time.perf_counter() - t0) * 1000
-            rankings["bm25"] = stage.output
-            raw["bm25"] = stage.scores
-
-        if pending_vec is not None:
-            t0 = time.perf_counter()
-            qvec, embed_ms = pending_vec.result()
-            found_v, plan = vectors.search(
-                self.db, qvec, depth, self.embedder.dim, None if filters.empty else where, params
-            )
-            sims = {i: 1.0 - d for i, d in found_v}
-            stage = trace.add(Stage("vector", [i for i, _ in found_v], sims))
-            stage.notes = {"method": plan.method, "embed_ms": round(embed_ms, 2)}
-            if plan.matching_rows is not None:
-                stage.notes["matching_rows"] = plan.matching_rows
-            # Waiting for the embedding counts only where it was not hidden behind BM25.
-            stage.ms = (time.perf_counter() - t0) * 1000
-            stage.notes["search_ms"] = round(stage.ms, 2)
-            rankings["vector"] = stage.output
-            raw["vector"] = sims
-
-        ranks = {name: {doc: r for r, doc in enumerate(ids, start=1)} for name, ids in rankings.items()}
-        t0 = time.perf_counter()
-        evidence = self._evidence(query, trace, bm25_held)
-        weights = dict(config.weights)
-        ks: dict[str, float] = {}
-        stage = Stage("rrf")
-        if evidence is not None and config.adaptive and len(rankings) > 1:
-            weights = evidence.weights
-            # A trusted retriever's ranks are also sharper: its constant shrinks with its weight.
-            ks = {n: config.rrf_k / w for n, w in weights.items()}
-            stage.notes = {
-                "weights": {n: round(w, 3) for n, w in weights.items()},
-                "ks": {n: round(kr, 1) for n, kr in ks.items()},
-                "evidence": round(evidence.evidence, 3),
-                "why": evidence.reason,
-            }
-        else:
-            stage.notes = {"weights": weights}
-            if evidence is not None:
-                stage.notes["evidence"] = round(evidence.evidence, 3)
-        stage.notes["k"] = config.rrf_k
-        fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)
-        # Later stages reorder and drop: they work on a pool deeper than k.
-        fused = fused[: max(k + 20, 2 * k, config.rerank_depth if config.reranker else 0)]
-        stage.output = [i for i, _ in fused]
-        stage.scores = dict(fused)
-        stage.detail = {
-            doc: ", ".join(
-                f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -" for name in rankings
-            )
-            for doc in stage.output[:k]
-        }
-        stage.ms = (time.perf_counter() - t0) * 1000
-        trace.add(stage)
-
-        pool = _Pool(self.db, stage.output, qvec)
-        order = list(fused)
+        trace = Trace(text)
+        needs_vector = any(r.needs_vector for r in self.retrievers)
+        q = Query(text, self.embedder if needs_vector else None)
+        found = self._retrieve(q, config.depth or max(50, 3 * k), filters or Filters(), trace)
+        evidence, order = self._fuse(text, found, k, trace)
+        pool = _Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None)
         if config.reranker:
-            order = self._rerank(query, order, rankings, pool, trace)
+            order = self._rerank(text, order, found, pool, trace)
         if config.recency:
             order = self._recency(order, pool, trace)
         if config.supersede:
@@ -418,13 +347,203 @@ class SearchPipeline:
         if config.mmr:
             order = self._mmr(order, pool, k, trace)
         order = order[:k]
-
         rejected, reason = False, ""
-        if config.reject and evidence is not None and "vector" in rankings:
-            rejected, reason = self._reject(order, raw.get("vector", {}), evidence.evidence, trace)
+        if config.reject and evidence is not None and "vector" in found:
+            rejected, reason = self._reject(order, found["vector"].scores, evidence.evidence, trace)
+        hits = self._hydrate_step(text, [] if rejected else order, found, pool, trace)
+        return SearchResult(text, hits, trace, rejected=rejected, reason=reason)
 
-        t0 = time.perf_counter()
-        hits = [] if rejected else self._hydrate(order, query, ranks, raw, pool.rows())
+    # -- stages ---------------------------------------------------------------------------------
+    def _retrieve(self, query: Query, depth: int, filters: Filters, trace: Trace) -> dict[str, Retrieved]:
+        """Each retriever's ranking, one stage each."""
+        found: dict[str, Retrieved] = {}
+        for retriever in self.retrievers:
+            with trace.step(retriever.name) as stage:
+                got = retriever.retrieve(query, depth, filters)
+                stage.output, stage.scores = got.ids, got.scores
+                stage.notes, stage.detail = got.notes, got.detail
+            if retriever.needs_vector:
+                # Waiting for the embedding counts only where it was not hidden behind BM25.
+                stage.notes["search_ms"] = round(stage.ms, 2)
+            found[retriever.name] = got
+        return found
+
+    def _fuse(
+        self, query: str, found: dict[str, Retrieved], k: int, trace: Trace
+    ) -> tuple[QueryEvidence | None, Ranked]:
+        """RRF over the rankings (adaptive weights from the lexical evidence), cut to a pool deeper than k."""
+        config = self.config
+        rankings = {name: got.ids for name, got in found.items()}
+        ranks = _ranks(found)
+        with trace.step("rrf") as stage:
+            evidence = self._evidence(query, found.get("bm25"))
+            weights = dict(config.weights)
+            ks: dict[str, float] = {}
+            if evidence is not None and config.adaptive and len(rankings) > 1:
+                weights = evidence.weights
+                # A trusted retriever's ranks are also sharper: its constant shrinks with its weight.
+                ks = {n: config.rrf_k / w for n, w in weights.items()}
+                stage.notes = {
+                    "weights": {n: round(w, 3) for n, w in weights.items()},
+                    "ks": {n: round(kr, 1) for n, kr in ks.items()},
+                    "evidence": round(evidence.evidence, 3),
+                    "why": evidence.reason,
+                }
+            else:
+                stage.notes = {"weights": weights}
+                if evidence is not None:
+                    stage.notes["evidence"] = round(evidence.evidence, 3)
+            stage.notes["k"] = config.rrf_k
+            fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)
+            # Later stages reorder and drop: they work on a pool deeper than k.
+            fused = fused[: max(k + 20, 2 * k, config.rerank_depth if config.reranker else 0)]
+            stage.output = [i for i, _ in fused]
+            stage.scores = dict(fused)
+            stage.detail = {
+                doc: ", ".join(
+                    f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -" for name in rankings
+                )
+                for doc in stage.output[:k]
+            }
+        return evidence, list(fused)
+
+    def _evidence(self, query: str, bm25: Retrieved | None) -> QueryEvidence | None:
+        """Lexical evidence and adaptive weights; None when BM25 did not run."""
+        if bm25 is None:
+            return None
+        terms = bm25.terms
+        idf, unseen = fts.idfs(self.db, terms) if terms else ({}, 0.0)
+        term_of = {name: fts.query_terms(self.db, name) for name in adaptive.identifiers(query)}
+        top = bm25.ids[:5]
+        return adaptive.fusion_weights(
+            query,
+            idf,
+            unseen,
+            [bm25.matched.get(i, set()) for i in top],
+            term_of,
+            strength=self.config.adaptive_strength,
+        )
+
+    def _rerank(
+        self, query: str, order: Ranked, found: dict[str, Retrieved], pool: _Pool, trace: Trace
+    ) -> Ranked:
+        config = self.config
+        firsts = {name: (got.ids[0] if got.ranked else None) for name, got in found.items()}
+        with trace.step("rerank", compare=True) as stage:
+            decision = (
+                rerank_mod.gate(order, firsts, config.rerank_gate)
+                if config.rerank_gate is not None
+                else rerank_mod.GateDecision(True, "gate off", 0.0)
+            )
+            stage.notes = {"ran": decision.run, "why": decision.reason, "model": config.reranker}
+            if decision.run:
+                head = [i for i, _ in order[: config.rerank_depth]]
+                texts = pool.texts(head)
+                model = rerank_mod.load_reranker(str(config.reranker))
+                scores = model.score(query, [texts.get(i, "") for i in head])
+                ce = {i: float(sc) for i, sc in zip(head, scores, strict=True)}
+                order = rerank_mod.blend([i for i, _ in order], ce, k=config.rrf_k)
+                by_ce = sorted(head, key=lambda i: -ce[i])
+                stage.detail = {i: f"cross-encoder #{by_ce.index(i) + 1} ({ce[i]:.3f})" for i in head}
+            stage.output = [i for i, _ in order]
+            stage.scores = dict(order)
+        return order
+
+    def _recency(self, order: Ranked, pool: _Pool, trace: Trace) -> Ranked:
+        config = self.config
+        with trace.step("recency", compare=True) as stage:
+            meta = pool.meta()
+            now = utcnow()
+            scored = []
+            for i, score in order:
+                signals = meta.get(i)
+                if signals is None:
+                    scored.append((i, score))
+                    continue
+                factor, why = decay.recency_factor(signals, now, config.half_life_days, config.recency_weight)
+                scored.append((i, score * factor))
+                stage.detail[i] = f"x{factor:.3f}: {why}"
+            scored.sort(key=lambda kv: -kv[1])
+            stage.output = [i for i, _ in scored]
+            stage.scores = dict(scored)
+            stage.notes = {"half_life_days": config.half_life_days, "weight": config.recency_weight}
+        return scored
+
+    def _supersede(self, order: Ranked, trace: Trace) -> Ranked:
+        with trace.step("supersede", compare=True) as stage:
+            newer = supersede_mod.superseded_by(self.db, [i for i, _ in order])
+            if not newer:
+                trace.discard(stage)
+                return order
+            moved = supersede_mod.demote(order, newer)
+            for old, new in newer.items():
+                stage.detail[old] = f"superseded by #{new}"
+            stage.output = [i for i, _ in moved]
+            stage.scores = dict(moved)
+            stage.notes = {"superseded": len(newer)}
+        return moved
+
+    def _dedup(self, order: Ranked, pool: _Pool, trace: Trace) -> Ranked:
+        with trace.step("dedup", compare=True) as stage:
+            ids = [i for i, _ in order]
+            kept, dropped = dedup_mod.dedup(ids, pool.texts(ids), pool.vectors(), self.config.dedup_threshold)
+            if not dropped:
+                trace.discard(stage)
+                return order
+            stage.dropped = {
+                d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()
+            }
+            scores = dict(order)
+            out = [(i, scores[i]) for i in kept]
+            stage.output = kept
+            stage.scores = dict(out)
+            stage.notes = {"collapsed": len(dropped), "threshold": self.config.dedup_threshold}
+        return out
+
+    def _mmr(self, order: Ranked, pool: _Pool, k: int, trace: Trace) -> Ranked:
+        lam = self.config.mmr_lambda
+        with trace.step("mmr", compare=True) as stage:
+            ids = [i for i, _ in order]
+            picked = mmr_mod.mmr(ids, dict(order), pool.vectors(), lam, k=min(len(ids), k))
+            rest = [(i, s) for i, s in order if i not in {p for p, _, _ in picked}]
+            stage.notes = {"lambda": lam}
+            floor = min((s for _, s, _ in picked), default=0.0)
+            out = [(i, s) for i, s, _ in picked] + [(i, floor - 1.0 - n) for n, (i, _) in enumerate(rest)]
+            for i, _, near in picked:
+                if near is not None:
+                    stage.detail[i] = f"most like #{near}"
+            stage.output = [i for i, _ in out]
+            stage.scores = dict(out)
+        return out
+
+    def _reject(
+        self, order: Ranked, sims: dict[int, float], evidence: float, trace: Trace
+    ) -> tuple[bool, str]:
+        with trace.step("reject", compare=True) as stage:
+            stage.output = [i for i, _ in order]
+            thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
+            if thresholds is None:
+                stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
+                return False, ""
+            top_sim = max(sims.values(), default=None)
+            rejected, why = thresholds.should_reject(top_sim, evidence)
+            stage.notes = {"rejected": rejected, "why": why}
+            if rejected:
+                stage.dropped = {i: "no answer: weak keyword and vector signal" for i, _ in order}
+                stage.output = []
+        return rejected, ("no stored item answers this query: " + why) if rejected else ""
+
+    def _hydrate_step(
+        self, query: str, order: Ranked, found: dict[str, Retrieved], pool: _Pool, trace: Trace
+    ) -> list[Hit]:
+        """Hits with their stored columns, their similarity to the query and relevance tier."""
+        with trace.step("hydrate") as stage:
+            hits = self.hydrate(order, query, _ranks(found), _scores(found), pool.rows())
+            self._tier(hits, pool)
+            stage.output = [h.id for h in hits]
+        return hits
+
+    def _tier(self, hits: list[Hit], pool: _Pool) -> None:
         thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
         if hits and pool.qvec is not None:
             sims = pool.similarities([h.id for h in hits])
@@ -432,201 +551,60 @@ class SearchPipeline:
                 h.similarity = sims.get(h.id)
                 if thresholds is not None:
                     h.tier = thresholds.tier(None if h.similarity is None else 1.0 - h.similarity)
-        trace.add(Stage("hydrate", [h.id for h in hits], ms=(time.perf_counter() - t0) * 1000))
-        return SearchResult(query, hits, trace, rejected=rejected, reason=reason)
 
-    # -- stages ---------------------------------------------------------------------------------
-    def _evidence(self, query: str, trace: Trace, held: dict[int, set[str]]) -> QueryEvidence | None:
-        """Lexical evidence and adaptive weights; None when BM25 did not run."""
-        stage = trace.stage("bm25")
-        if stage is None:
-            return None
-        terms: list[str] = stage.notes.get("terms", [])
-        idf, unseen = fts.idfs(self.db, terms) if terms else ({}, 0.0)
-        term_of = {name: fts.query_terms(self.db, name) for name in adaptive.identifiers(query)}
-        top = stage.output[:5]
-        return adaptive.fusion_weights(
-            query,
-            idf,
-            unseen,
-            [held.get(i, set()) for i in top],
-            term_of,
-            strength=self.config.adaptive_strength,
-        )
-
-    def _rerank(
+    # -- hydration ------------------------------------------------------------------------------
+    def hydrate(
         self,
+        ranked: Sequence[tuple[int, float]],
         query: str,
-        order: list[tuple[int, float]],
-        rankings: dict[str, list[int]],
-        pool: _Pool,
-        trace: Trace,
-    ) -> list[tuple[int, float]]:
-        config = self.config
-        t0 = time.perf_counter()
-        firsts = {name: (ids[0] if ids else None) for name, ids in rankings.items()}
-        stage = Stage("rerank", compare_to=trace.stages[-1].name)
-        decision = (
-            rerank_mod.gate(order, firsts, config.rerank_gate)
-            if config.rerank_gate is not None
-            else rerank_mod.GateDecision(True, "gate off", 0.0)
-        )
-        stage.notes = {"ran": decision.run, "why": decision.reason, "model": config.reranker}
-        if decision.run:
-            head = [i for i, _ in order[: config.rerank_depth]]
-            texts = pool.texts(head)
-            model = rerank_mod.load_reranker(str(config.reranker))
-            scores = model.score(query, [texts.get(i, "") for i in head])
-            ce = {i: float(sc) for i, sc in zip(head, scores, strict=True)}
-            order = rerank_mod.blend([i for i, _ in order], ce, k=config.rrf_k)
-            by_ce = sorted(head, key=lambda i: -ce[i])
-            stage.detail = {i: f"cross-encoder #{by_ce.index(i) + 1} ({ce[i]:.3f})" for i in head}
-        stage.output = [i for i, _ in order]
-        stage.scores = dict(order)
-        stage.ms = (time.perf_counter() - t0) * 1000
-        trace.add(stage)
-        return order
-
-    def _recency(self, order: list[tuple[int, float]], pool: _Pool, trace: Trace) -> list[tuple[int, float]]:
-        t0 = time.perf_counter()
-        config = self.config
-        meta = pool.meta()
-        now = utcnow()
-        stage = Stage("recency", compare_to=trace.stages[-1].name)
-        scored = []
-        for i, score in order:
-            signals = meta.get(i)
-            if signals is None:
-                scored.append((i, score))
-                continue
-            factor, why = decay.recency_factor(signals, now, config.half_life_days, config.recency_weight)
-            scored.append((i, score * factor))
-            stage.detail[i] = f"x{factor:.3f}: {why}"
-        scored.sort(key=lambda kv: -kv[1])
-        stage.output = [i for i, _ in scored]
-        stage.scores = dict(scored)
-        stage.notes = {"half_life_days": config.half_life_days, "weight": config.recency_weight}
-        stage.ms = (time.perf_counter() - t0) * 1000
-        trace.add(stage)
-        return scored
-
-    def _supersede(self, order: list[tuple[int, float]], trace: Trace) -> list[tuple[int, float]]:
-        t0 = time.perf_counter()
-        ids = [i for i, _ in order]
-        newer = supersede_mod.superseded_by(self.db, ids)
-        if not newer:
-            return order
-        stage = Stage("supersede", compare_to=trace.stages[-1].name)
-        moved = supersede_mod.demote(order, newer)
-        for old, new in newer.items():
-            stage.detail[old] = f"superseded by #{new}"
-        stage.output = [i for i, _ in moved]
-        stage.scores = dict(moved)
-        stage.notes = {"superseded": len(newer)}
-        stage.ms = (time.perf_counter() - t0) * 1000
-        trace.add(stage)
-        return moved
-
-    def _dedup(self, order: list[tuple[int, float]], pool: _Pool, trace: Trace) -> list[tuple[int, float]]:
-        t0 = time.perf_counter()
-        ids = [i for i, _ in order]
-        kept, dropped = dedup_mod.dedup(ids, pool.texts(ids), pool.vectors(), self.config.dedup_threshold)
-        if not dropped:
-            return order
-        stage = Stage("dedup", compare_to=trace.stages[-1].name)
-        stage.dropped = {d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()}
-        scores = dict(order)
-        out = [(i, scores[i]) for i in kept]
-        stage.output = kept
-        stage.scores = dict(out)
-        stage.notes = {"collapsed": len(dropped), "threshold": self.config.dedup_threshold}
-        stage.ms = (time.perf_counter() - t0) * 1000
-        trace.add(stage)
-        return out
-
-    def _mmr(
-        self, order: list[tuple[int, float]], pool: _Pool, k: int, trace: Trace
-    ) -> list[tuple[int, float]]:
-        t0 = time.perf_counter()
-        lam = self.config.mmr_lambda
-        ids = [i for i, _ in order]
-        picked = mmr_mod.mmr(ids, dict(order), pool.vectors(), lam, k=min(len(ids), k))
-        rest = [(i, s) for i, s in order if i not in {p for p, _, _ in picked}]
-        stage = Stage("mmr", compare_to=trace.stages[-1].name)
-        stage.notes = {"lambda": lam}
-        floor = min((s for _, s, _ in picked), default=0.0)
-        out = [(i, s) for i, s, _ in picked] + [(i, floor - 1.0 - n) for n, (i, _) in enumerate(rest)]
-        for i, _, near in picked:
-            if near is not None:
-                stage.detail[i] = f"most like #{near}"
-        stage.output = [i for i, _ in out]
-        stage.scores = dict(out)
-        stage.ms = (time.perf_counter() - t0) * 1000
-        trace.add(stage)
-        return out
-
-    def _reject(
-        self, order: list[tuple[int, float]], sims: dict[int, float], evidence: float, trace: Trace
-    ) -> tuple[bool, str]:
-        thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
-        stage = Stage("reject", [i for i, _ in order], compare_to=trace.stages[-1].name)
-        if thresholds is None:
-            stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
-            trace.add(stage)
-            return False, ""
-        top_sim = max(sims.values(), default=None)
-        rejected, why = thresholds.should_reject(top_sim, evidence)
-        stage.notes = {"rejected": rejected, "why": why}
-        if rejected:
-            stage.dropped = {i: "no answer: weak keyword and vector signal" for i, _ in order}
-            stage.output = []
-        trace.add(stage)
-        return rejected, ("no stored item answers this query: " + why) if rejected else ""
-
-    def _hydrate(
-        self,
-        fused: Sequence[tuple[int, float]],
-        query: str,
-        ranks: dict[str, dict[int, int]],
-        raw: dict[str, dict[int, float]],
-        rows: dict[int, tuple[Any, ...]] | None = None,
+        ranks: Mapping[str, Mapping[int, int]],
+        scores: Mapping[str, Mapping[int, float]],
+        rows: Mapping[int, HitRow] | None = None,
     ) -> list[Hit]:
-        if not fused:
+        """Hits for ``ranked`` in its order, from the items' live rows (deleted items are left out).
+
+        Parameters
+        ----------
+        ranked:
+            (item id, score) best first.
+        query:
+            The text the snippets are cut around.
+        ranks, scores:
+            Retriever -> item -> its rank there, and its score there (``Hit.ranks``,
+            ``Hit.retriever_scores``).
+        rows:
+            Rows already read (a pipeline's candidates); the others are fetched.
+        """
+        if not ranked:
             return []
-        ids = [i for i, _ in fused]
-        by_id = dict(rows) if rows is not None else {}
-        missing = [i for i in ids if i not in by_id]
+        by_id: dict[int, HitRow] = dict(rows) if rows is not None else {}
+        missing = [i for i, _ in ranked if i not in by_id]
         if missing:
-            fetched = self.db.fetchall(
-                f"SELECT {_HIT_COLUMNS} FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
-                [missing],
-            )
-            by_id.update({int(r[0]): r for r in fetched})
+            by_id.update(fetch_rows(self.db, missing, HitRow))
         hits = []
-        for doc, score in fused:
+        for doc, score in ranked:
             row = by_id.get(doc)
             if row is None:
                 continue
-            (_, text, source, kind, ns, heading, cell_id, cell_index, ls, le, tags, imp, updated) = row[:13]
             hits.append(
                 Hit(
                     id=doc,
                     score=score,
-                    text=text,
-                    snippet=snippet(text, query),
-                    source=source,
-                    kind=kind,
-                    namespace=ns,
-                    heading=heading or "",
-                    cell_id=cell_id,
-                    cell_index=cell_index,
-                    line_start=ls,
-                    line_end=le,
-                    tags=list(tags or []),
-                    importance=float(imp),
-                    updated_at=updated,
+                    text=row.text,
+                    snippet=snippet(row.text, query),
+                    source=row.source,
+                    kind=row.kind,
+                    namespace=row.namespace,
+                    heading=row.heading or "",
+                    cell_id=row.cell_id,
+                    cell_index=row.cell_index,
+                    line_start=row.line_start,
+                    line_end=row.line_end,
+                    tags=list(row.tags or []),
+                    importance=float(row.importance),
+                    updated_at=row.updated_at,
                     ranks={n: r[doc] for n, r in ranks.items() if doc in r},
-                    retriever_scores={n: s[doc] for n, s in raw.items() if doc in s},
+                    retriever_scores={n: s[doc] for n, s in scores.items() if doc in s},
                 )
             )
         return hits

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,34 @@ class Trace:
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)
         return stage
+
+    @contextmanager
+    def step(self, name: str, *, compare: bool = False) -> Iterator[Stage]:
+        """Record the block as stage ``name``: the block fills in the stage, the step times it.
+
+        Parameters
+        ----------
+        name:
+            The stage's name in the trace and in ``explain``.
+        compare:
+            The stage reorders what the stage before it put out: ``explain`` shows what moved.
+
+        An exception inside the block is recorded in the stage's notes (``error``) and raised.
+        A stage that turns out to have nothing to show is taken back with :meth:`discard`.
+        """
+        stage = self.add(Stage(name, compare_to=self.stages[-1].name if compare and self.stages else None))
+        started = time.perf_counter()
+        try:
+            yield stage
+        except Exception as exc:
+            stage.notes["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            stage.ms = (time.perf_counter() - started) * 1000
+
+    def discard(self, stage: Stage) -> None:
+        """Remove ``stage`` (a step that changed nothing)."""
+        self.stages = [s for s in self.stages if s is not stage]
 
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.name == name), None)

@@ -1,0 +1,121 @@
+"""The retriever role: a query in, a ranking of stored items out.
+
+:class:`BM25Retriever` (:mod:`nbmemory.search.bm25`) and :class:`VectorRetriever`
+(:mod:`nbmemory.search.vector`) fill it; the pipeline fuses what they return.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from nbmemory.search.filters import Filters
+
+if TYPE_CHECKING:
+    from nbmemory.embed.base import Embedder
+
+_EMBED_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmemory-embed")
+#: With cores to spare the query embedding (torch, outside the GIL) runs while BM25 runs in
+#: DuckDB; on 2 cores the two slow each other down (measured: 13 ms -> 23-33 ms).
+OVERLAP_EMBEDDING = (os.cpu_count() or 1) > 2
+
+
+def _timed_embed(embedder: Embedder, text: str) -> tuple[np.ndarray, float]:
+    started = time.perf_counter()
+    vec = embedder.embed_query(text)
+    return vec, (time.perf_counter() - started) * 1000
+
+
+class Query:
+    """The text searched for and, when an embedder is given, its embedding.
+
+    The embedding starts when the query is made: in the background where cores allow, so that
+    it runs while BM25 runs; :meth:`vector` waits for it.
+
+    Parameters
+    ----------
+    text:
+        The query text.
+    embedder:
+        Embeds the query for the retrievers that need a vector; ``None`` when none runs.
+    """
+
+    def __init__(self, text: str, embedder: Embedder | None = None) -> None:
+        self.text = text
+        #: How long the embedding took, once :meth:`vector` returned.
+        self.embed_ms = 0.0
+        self._pending: Future[tuple[np.ndarray, float]] | None = None
+        if embedder is None:
+            return
+        if OVERLAP_EMBEDDING:
+            self._pending = _EMBED_POOL.submit(_timed_embed, embedder, text)
+        else:
+            self._pending = Future()
+            self._pending.set_result(_timed_embed(embedder, text))
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the query has (or is computing) an embedding."""
+        return self._pending is not None
+
+    def vector(self) -> np.ndarray:
+        """The query embedding, waiting for it if it is still being computed."""
+        if self._pending is None:
+            raise ValueError(f"query {self.text[:40]!r} has no embedding: make the Query with an embedder")
+        vec, self.embed_ms = self._pending.result()
+        return vec
+
+
+@dataclass
+class Retrieved:
+    """One retriever's answer to one query.
+
+    Parameters
+    ----------
+    ranked:
+        (item id, score) best first; the score is the retriever's own (BM25 score, cosine
+        similarity), higher is better.
+    notes:
+        What the trace shows about how the retrieval ran.
+    detail:
+        Per item, a line for the trace (``explain``).
+    terms:
+        The query terms looked up (a lexical retriever; empty otherwise).
+    matched:
+        Per returned item, which of ``terms`` it holds: the evidence adaptive fusion weighs.
+    """
+
+    ranked: list[tuple[int, float]]
+    notes: dict[str, Any] = field(default_factory=dict)
+    detail: dict[int, str] = field(default_factory=dict)
+    terms: list[str] = field(default_factory=list)
+    matched: dict[int, set[str]] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> list[int]:
+        return [i for i, _ in self.ranked]
+
+    @property
+    def scores(self) -> dict[int, float]:
+        return dict(self.ranked)
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Ranks live stored items for a query.
+
+    ``name`` keys its ranking in fusion and names its stage in the trace; ``needs_vector`` says
+    it reads ``query.vector()`` (the pipeline then starts the embedding before any retriever runs).
+    """
+
+    name: str
+    needs_vector: bool
+
+    def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
+        """The best ``depth`` items matching ``filters``, best first."""
+        ...

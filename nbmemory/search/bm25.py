@@ -1,0 +1,42 @@
+"""Keyword retrieval: BM25 over the full-text index (the SQL lives in :mod:`nbmemory.store.fts`)."""
+
+from __future__ import annotations
+
+from nbmemory.search.base import Query, Retrieved
+from nbmemory.search.filters import Filters
+from nbmemory.store import fts
+from nbmemory.store.db import Database
+
+#: Results whose matched terms the trace shows.
+DETAIL_TOP = 5
+
+
+class BM25Retriever:
+    """BM25 ranking of the live items matching the filters; refreshes the index first if stale.
+
+    Parameters
+    ----------
+    db:
+        The store to search.
+    """
+
+    name = "bm25"
+    needs_vector = False
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
+        """The top ``depth`` items by BM25, with the query terms each one holds."""
+        rebuilt = fts.ensure_fresh(self.db)
+        terms = fts.query_terms(self.db, query.text)
+        where, params = filters.sql()
+        held: dict[int, set[str]] = {}
+        ranked = fts.search(self.db, terms, depth, where, params, matched=held)
+        return Retrieved(
+            ranked,
+            notes={"terms": terms, "index_rebuilt": rebuilt},
+            detail={i: "holds " + " ".join(sorted(held.get(i, ()))) for i, _ in ranked[:DETAIL_TOP]},
+            terms=terms,
+            matched=held,
+        )
