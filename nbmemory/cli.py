@@ -1,17 +1,68 @@
-"""The ``nbmemory`` command line: the same verbs as the :class:`~nbmemory.Memory` facade."""
+"""The ``nbmemory`` command line: the same verbs as the :class:`~nbmemory.Memory` facade.
+
+Each command is a ``cmd_*`` function registered with :func:`command`, its options declared next to
+it; :func:`build_parser` turns the registry into the argparse parser.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from nbmemory.errors import NbMemoryError
+from nbmemory.frontend import (
+    RETRIEVERS,
+    TUNE_OPTIONS,
+    Option,
+    filter_options,
+    owned_memory,
+    pipeline_config,
+    print_hits,
+    search_filters,
+    tune_options,
+)
 
 DESCRIPTION = "nbmemory: a local-first personal memory with hybrid (BM25 + vector) search."
+
+Handler = Callable[[argparse.Namespace], int]
+
+# Options of `nbmemory` itself, before the command.
+GLOBAL_OPTIONS = (
+    Option("--home", help="folder of the memory file (default $NBMEMORY_HOME or ~/.nbmemory)"),
+    Option("--db", help="the memory file itself (overrides --home)"),
+    Option(
+        "--model", help="sentence-transformers model name or local folder (default: bundled all-MiniLM-L6-v2)"
+    ),
+    Option("-q", "--quiet", action="store_true", help="no progress bars"),
+)
+JSON = Option("--json", action="store_true", help="machine-readable output")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``nbmemory COMMAND``: its name, help text, handler and options (in help order)."""
+
+    name: str
+    help: str
+    run: Handler
+    options: tuple[Option, ...]
+
+
+COMMANDS: list[Command] = []
+
+
+def command(name: str, help: str, *options: Option) -> Callable[[Handler], Handler]:
+    """Register the decorated function as ``nbmemory <name>``, taking ``options``."""
+
+    def register(fn: Handler) -> Handler:
+        COMMANDS.append(Command(name, help, fn, options))
+        return fn
+
+    return register
 
 
 def _memory(args: argparse.Namespace, **kwargs: Any) -> Any:
@@ -22,29 +73,12 @@ def _memory(args: argparse.Namespace, **kwargs: Any) -> Any:
     return connect(args.db, home=args.home, model=args.model, progress=not args.quiet, **kwargs)
 
 
-def _ranks(hit: Any) -> str:
-    parts = []
-    for name in ("bm25", "vector"):
-        rank = hit.ranks.get(name)
-        parts.append(f"{name} #{rank}" if rank else f"{name} -")
-    return ", ".join(parts)
-
-
-def print_hits(result: Any, out: Any = None) -> None:
-    """Human-readable ranked hits with which retriever found each."""
-    out = out or sys.stdout
-    if not result.hits:
-        print(f"  (no results: {result.reason})" if result.rejected else "  (no results)", file=out)
-        return
-    for rank, hit in enumerate(result.hits, start=1):
-        tier = f" {hit.tier}" if hit.tier != "none" else ""
-        print(f"{rank:>3}. [{hit.score:.4f}{tier}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)
-        if hit.heading:
-            print(f"     {hit.heading}", file=out)
-        for line in textwrap.wrap(hit.snippet, width=96)[:3]:
-            print(f"     {line}", file=out)
-
-
+@command(
+    "index",
+    "index files and folders (markdown, notebooks, code, text), incrementally",
+    Option("paths", nargs="+", help="files or folders"),
+    Option("--ns", help="namespace to index into (default: 'default')"),
+)
 def cmd_index(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         report = mem.index(*args.paths, namespace=args.ns)
@@ -54,25 +88,20 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _filters(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "namespace": args.ns,
-        "kind": args.kind or None,
-        "path": args.path,
-        "tags": args.tag or (),
-        "since": args.since,
-        "until": args.until,
-    }
-
-
+@command(
+    "search",
+    "hybrid search; prints ranked hits and which retriever found each",
+    Option("query"),
+    Option("-k", type=int, default=10, help="number of hits (default 10)"),
+    *filter_options(),
+    JSON,
+    Option("--explain", action="store_true", help="show the ranking trace, stage by stage"),
+    RETRIEVERS,
+)
 def cmd_search(args: argparse.Namespace) -> int:
-    from nbmemory.search.pipeline import PipelineConfig
-
-    config = None
-    if args.retrievers:
-        config = PipelineConfig(retrievers=tuple(args.retrievers.split(",")))
     with _memory(args) as mem:
-        result = mem.search(args.query, k=args.k, config=config, **_filters(args))
+        config = pipeline_config(args.retrievers, mem.settings.rrf_k) if args.retrievers else None
+        result = mem.search(args.query, k=args.k, config=config, **search_filters(vars(args)))
     if args.json:
         payload: dict[str, Any] = {
             "query": result.query,
@@ -91,6 +120,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "remember",
+    "remember a piece of text ('-' reads standard input)",
+    Option("text"),
+    Option("--tag", action="append", help="tag (repeatable)"),
+    Option("--importance", type=float, default=0.5, help="0..1 (default 0.5)"),
+    Option("--ns", help="namespace (default: 'default')"),
+)
 def cmd_remember(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     with _memory(args) as mem:
@@ -103,6 +140,16 @@ def cmd_remember(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "forget",
+    "forget items by id, by --query or by --path (soft delete)",
+    Option("ids", nargs="*", type=int, help="item ids"),
+    Option("--query", help="forget the top -k hits of this query (asks for --yes)"),
+    Option("-k", type=int, default=1, help="with --query: how many hits (default 1)"),
+    Option("--path", help="forget everything from this file (or glob)"),
+    Option("--ns", help="only in this namespace"),
+    Option("--yes", action="store_true", help="with --query: really forget"),
+)
 def cmd_forget(args: argparse.Namespace) -> int:
     given = sum(bool(x) for x in (args.ids, args.query, args.path))
     if given != 1:
@@ -118,6 +165,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("get", "show one item", Option("id", type=int), JSON)
 def cmd_get(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         item = mem.get(args.id)
@@ -133,6 +181,15 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "update",
+    "change an item's text, tags, importance or pin",
+    Option("id", type=int),
+    Option("--text", help="new text"),
+    Option("--tag", action="append", help="replace tags (repeatable)"),
+    Option("--importance", type=float, help="0..1"),
+    Option("--pin", action=argparse.BooleanOptionalAction, default=None, help="pin or --no-pin"),
+)
 def cmd_update(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         item = mem.update(args.id, text=args.text, tags=args.tag, importance=args.importance, pinned=args.pin)
@@ -140,6 +197,13 @@ def cmd_update(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "related",
+    "items most similar to an item, and those linked to it",
+    Option("id", type=int),
+    Option("-k", type=int, default=5, help="number of hits (default 5)"),
+    Option("--ns", help="only this namespace (default: all)"),
+)
 def cmd_related(args: argparse.Namespace) -> int:
     from nbmemory.search.pipeline import SearchResult
     from nbmemory.search.trace import Trace
@@ -150,6 +214,14 @@ def cmd_related(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "link",
+    "link two items (similar, related, contradicts, extends, supersedes, caused_by, temporal)",
+    Option("src", type=int),
+    Option("dst", type=int),
+    Option("--type", default="related", help="link type (default related)"),
+    Option("--note", help="free text"),
+)
 def cmd_link(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         mem.link(args.src, args.dst, args.type, note=args.note)
@@ -157,6 +229,7 @@ def cmd_link(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("stats", "counts, sizes, model and index state", JSON)
 def cmd_stats(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         stats = mem.stats()
@@ -168,6 +241,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "doctor",
+    "check integrity (orphans, missing vectors, indexes, model); --repair fixes",
+    Option("--repair", action="store_true", help="fix what can be fixed"),
+)
 def cmd_doctor(args: argparse.Namespace) -> int:
     with _memory(args, on_model_change="defer") as mem:
         report = mem.doctor(repair=args.repair)
@@ -177,6 +255,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+@command(
+    "export",
+    "export items to .parquet, .csv or .jsonl",
+    Option("out"),
+    Option("--include-forgotten", action="store_true", help="also forgotten items"),
+)
 def cmd_export(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         count = mem.export(args.out, include_forgotten=args.include_forgotten)
@@ -184,6 +268,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("reembed", "re-embed every item with the current model")
 def cmd_reembed(args: argparse.Namespace) -> int:
     with _memory(args, on_model_change="defer") as mem:
         count = mem.reembed()
@@ -191,15 +276,20 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _owned(shared: Any, what: str) -> Any:
-    """The local Memory behind a connection; a long job never runs inside another process's owner."""
-    if shared.memory is None:
-        raise NbMemoryError(
-            f"{shared.path} is open in another process (a Jupyter kernel or server, or another "
-            f"CLI run): {what} runs for minutes, so run it there (%memtune in a notebook) or "
-            "close that process and run this again"
-        )
-    return shared.memory
+@command("demo", "index the bundled sample corpus into a fresh demo store and run example searches")
+def cmd_demo(args: argparse.Namespace) -> int:
+    from nbmemory.demo import run_demo
+
+    return run_demo(home=args.home, db=args.db, model=args.model, quiet=args.quiet)
+
+
+def _busy(shared: Any, what: str) -> str:
+    """Why a long job does not run here: another process owns the file."""
+    return (
+        f"{shared.path} is open in another process (a Jupyter kernel or server, or another "
+        f"CLI run): {what} runs for minutes, so run it there (%memtune in a notebook) or "
+        "close that process and run this again"
+    )
 
 
 def _text_progress(quiet: bool) -> Any:
@@ -215,39 +305,27 @@ def _text_progress(quiet: bool) -> Any:
     return progress
 
 
+@command(
+    "tune",
+    "fine-tune the embedding model on this memory (keyword-vs-vector disagreement); adopt it only if better",
+    *TUNE_OPTIONS,
+    Option("--ns", help="mine only this namespace (default: all)"),
+    Option(
+        "--torch-threads",
+        type=int,
+        help="torch intra-op threads (default: torch's own); 1 is faster when other jobs share the cores",
+    ),
+    Option("--json", action="store_true", help="machine-readable report"),
+)
 def cmd_tune(args: argparse.Namespace) -> int:
-    from nbmemory.tune.run import DEFAULT_SOURCES, TuneOptions
-    from nbmemory.tune.train import TrainConfig
-
-    sources = tuple(
-        s.strip()
-        for part in (args.query_source or [",".join(DEFAULT_SOURCES)])
-        for s in part.split(",")
-        if s.strip()
-    )
-    options = TuneOptions(
-        sources=sources,
-        max_queries=args.max_queries,
-        max_triples=args.max_triples,
-        train=TrainConfig(
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.lr,
-            max_steps=args.max_steps,
-            max_seq_length=args.max_seq_length,
-            seed=args.seed,
-            device=args.device,
-            hard_negatives=not args.no_hard_negatives,
-        ),
-        min_delta=args.min_gain,
-        namespace=args.ns,
-    )
+    options = tune_options(vars(args), namespace=args.ns)
     if args.torch_threads is not None:
         from nbmemory.eval.harness import set_torch_threads
 
         set_torch_threads(args.torch_threads)
     with _memory(args) as shared:
-        report = _owned(shared, "tuning").tune(options, progress=_text_progress(args.quiet))
+        local = owned_memory(shared, _busy(shared, "tuning"))
+        report = local.tune(options, progress=_text_progress(args.quiet))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -255,12 +333,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "models",
+    "list model versions and their scores; `models use VERSION` switches (re-embeds)",
+    Option("action", nargs="?", choices=["list", "use"], default="list", help="list (default) or use"),
+    Option("version", nargs="?", help="with use: the version to switch to (v1, base, ...)"),
+    JSON,
+)
 def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "use":
         if not args.version:
             raise NbMemoryError("which version? `nbmemory models use VERSION` (see `nbmemory models`)")
         with _memory(args) as shared:
-            count = _owned(shared, "switching models").use_model(args.version)
+            count = owned_memory(shared, _busy(shared, "switching models")).use_model(args.version)
         print(f"now using model version {args.version}: re-embedded {count} items")
         return 0
     if args.version:
@@ -291,157 +376,17 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from nbmemory.demo import run_demo
-
-    return run_demo(home=args.home, db=args.db, model=args.model, quiet=args.quiet)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``nbmemory``: every registered command, then ``nbmemory eval``."""
     parser = argparse.ArgumentParser(prog="nbmemory", description=DESCRIPTION)
-    parser.add_argument("--home", help="folder of the memory file (default $NBMEMORY_HOME or ~/.nbmemory)")
-    parser.add_argument("--db", help="the memory file itself (overrides --home)")
-    parser.add_argument(
-        "--model", help="sentence-transformers model name or local folder (default: bundled all-MiniLM-L6-v2)"
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    for option in GLOBAL_OPTIONS:
+        option.add_to(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def add(name: str, fn: Any, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.set_defaults(fn=fn)
-        return p
-
-    def filters(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--ns", help="only this namespace (default: all)")
-        p.add_argument(
-            "--kind",
-            action="append",
-            choices=["markdown", "notebook", "code", "text", "memory"],
-            help="only this kind (repeatable)",
-        )
-        p.add_argument("--path", help="only sources matching this glob, e.g. '*/ops/*.md'")
-        p.add_argument("--tag", action="append", help="only items with this tag (repeatable: all must match)")
-        p.add_argument("--since", help="updated since: ISO date or an age like 30d, 12h")
-        p.add_argument("--until", help="updated until: ISO date or an age")
-
-    p = add("index", cmd_index, "index files and folders (markdown, notebooks, code, text), incrementally")
-    p.add_argument("paths", nargs="+", help="files or folders")
-    p.add_argument("--ns", help="namespace to index into (default: 'default')")
-
-    p = add("search", cmd_search, "hybrid search; prints ranked hits and which retriever found each")
-    p.add_argument("query")
-    p.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
-    filters(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--explain", action="store_true", help="show the ranking trace, stage by stage")
-    p.add_argument("--retrievers", help="bm25, vector or bm25,vector (default both)")
-
-    p = add("remember", cmd_remember, "remember a piece of text ('-' reads standard input)")
-    p.add_argument("text")
-    p.add_argument("--tag", action="append", help="tag (repeatable)")
-    p.add_argument("--importance", type=float, default=0.5, help="0..1 (default 0.5)")
-    p.add_argument("--ns", help="namespace (default: 'default')")
-
-    p = add("forget", cmd_forget, "forget items by id, by --query or by --path (soft delete)")
-    p.add_argument("ids", nargs="*", type=int, help="item ids")
-    p.add_argument("--query", help="forget the top -k hits of this query (asks for --yes)")
-    p.add_argument("-k", type=int, default=1, help="with --query: how many hits (default 1)")
-    p.add_argument("--path", help="forget everything from this file (or glob)")
-    p.add_argument("--ns", help="only in this namespace")
-    p.add_argument("--yes", action="store_true", help="with --query: really forget")
-
-    p = add("get", cmd_get, "show one item")
-    p.add_argument("id", type=int)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-    p = add("update", cmd_update, "change an item's text, tags, importance or pin")
-    p.add_argument("id", type=int)
-    p.add_argument("--text", help="new text")
-    p.add_argument("--tag", action="append", help="replace tags (repeatable)")
-    p.add_argument("--importance", type=float, help="0..1")
-    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None, help="pin or --no-pin")
-
-    p = add("related", cmd_related, "items most similar to an item, and those linked to it")
-    p.add_argument("id", type=int)
-    p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
-    p.add_argument("--ns", help="only this namespace (default: all)")
-
-    p = add(
-        "link",
-        cmd_link,
-        "link two items (similar, related, contradicts, extends, supersedes, caused_by, temporal)",
-    )
-    p.add_argument("src", type=int)
-    p.add_argument("dst", type=int)
-    p.add_argument("--type", default="related", help="link type (default related)")
-    p.add_argument("--note", help="free text")
-
-    p = add("stats", cmd_stats, "counts, sizes, model and index state")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-    p = add(
-        "doctor", cmd_doctor, "check integrity (orphans, missing vectors, indexes, model); --repair fixes"
-    )
-    p.add_argument("--repair", action="store_true", help="fix what can be fixed")
-
-    p = add("export", cmd_export, "export items to .parquet, .csv or .jsonl")
-    p.add_argument("out")
-    p.add_argument("--include-forgotten", action="store_true", help="also forgotten items")
-
-    add("reembed", cmd_reembed, "re-embed every item with the current model")
-
-    add("demo", cmd_demo, "index the bundled sample corpus into a fresh demo store and run example searches")
-
-    p = add(
-        "tune",
-        cmd_tune,
-        "fine-tune the embedding model on this memory (keyword-vs-vector disagreement); adopt it only if better",
-    )
-    p.add_argument(
-        "--query-source",
-        action="append",
-        help="where queries come from: title, first_sentence, log (repeatable or comma-separated; default title,log)",
-    )
-    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
-    p.add_argument("--max-triples", type=int, default=2048, help="most triples trained on (default 2048)")
-    p.add_argument("--max-queries", type=int, default=3000, help="most queries mined (default 3000)")
-    p.add_argument(
-        "--max-steps", type=int, help="cap on training steps (default 150 on CPU, none on CUDA; 0: none)"
-    )
-    p.add_argument("--batch-size", type=int, default=32, help="triples per step (default 32)")
-    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
-    p.add_argument(
-        "--max-seq-length", type=int, help="word pieces per text (default 128 on CPU, 256 on CUDA)"
-    )
-    p.add_argument(
-        "--seed", type=int, default=42, help="seed: mining sample, held-out split, training (default 42)"
-    )
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
-    p.add_argument(
-        "--min-gain", type=float, default=0.005, help="held-out NDCG@10 gain needed to adopt (default 0.005)"
-    )
-    p.add_argument("--ns", help="mine only this namespace (default: all)")
-    p.add_argument(
-        "--no-hard-negatives",
-        action="store_true",
-        help="train on (query, positive) pairs only (in-batch negatives), without the mined negatives",
-    )
-    p.add_argument(
-        "--torch-threads",
-        type=int,
-        help="torch intra-op threads (default: torch's own); 1 is faster when other jobs share the cores",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable report")
-
-    p = add(
-        "models",
-        cmd_models,
-        "list model versions and their scores; `models use VERSION` switches (re-embeds)",
-    )
-    p.add_argument("action", nargs="?", choices=["list", "use"], default="list", help="list (default) or use")
-    p.add_argument("version", nargs="?", help="with use: the version to switch to (v1, base, ...)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        p.set_defaults(fn=cmd.run)
+        for option in cmd.options:
+            option.add_to(p)
 
     from nbmemory.eval.cli import add_eval_parser
 

@@ -19,8 +19,8 @@ def run_demo(
     home: str | None = None, db: str | None = None, model: str | None = None, quiet: bool = False
 ) -> int:
     """Index :data:`SAMPLE_CORPUS` into ``<home>/demo.duckdb`` and print ranked hits."""
-    from nbmemory.cli import print_hits
     from nbmemory.config import Settings
+    from nbmemory.frontend import print_hits
     from nbmemory.memory import Memory
 
     settings = Settings(home=Path(home)) if home else Settings()

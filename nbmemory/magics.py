@@ -31,6 +31,16 @@ from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, validate
 
 from nbmemory.errors import NbMemoryError
+from nbmemory.frontend import (
+    RETRIEVERS,
+    TUNE_OPTIONS,
+    filter_options,
+    magic_options,
+    owned_memory,
+    pipeline_config,
+    search_filters,
+    tune_options,
+)
 from nbmemory.search.filters import KINDS
 
 if TYPE_CHECKING:
@@ -110,26 +120,10 @@ def _split_leading_options(line: str) -> tuple[str, str]:
     return line[:pos].strip(), rest
 
 
-def _filter_arguments(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The search filters every searching magic takes, as one argument group."""
-    decorators = [
-        argument_group("filters"),
-        argument("--ns", help="only this namespace (default: MemoryMagics.namespace, else all)"),
-        argument(
-            "--kind",
-            action="append",
-            choices=KINDS,
-            help="only this kind: markdown, notebook, code, text or memory (repeatable)",
-        ),
-        argument("--path", help="only sources matching this glob, e.g. '*/ops/*.md'"),
-        argument("--tag", action="append", help="only items with this tag (repeatable: all must match)"),
-        argument("--since", help="updated since: an ISO date (2026-01-31) or an age (30d, 12h, 2w)"),
-        argument("--until", help="updated until: an ISO date or an age"),
-    ]
-    # ArgDecorators are listed in the order applied and read back reversed: apply last first.
-    for deco in reversed(decorators):
-        func = deco(func)
-    return func
+# The search filters every searching magic takes, as one argument group.
+_filter_arguments = magic_options(
+    *filter_options(namespace_default="MemoryMagics.namespace, else all"), group="filters"
+)
 
 
 def _k(value: int | None, default: int) -> int:
@@ -337,14 +331,9 @@ class MemoryMagics(Magics):
         return ns or self.namespace
 
     def _filters(self, args: Any) -> dict[str, Any]:
-        return {
-            "namespace": args.ns or self.namespace,
-            "kind": args.kind or None,
-            "path": args.path,
-            "tags": args.tag or (),
-            "since": args.since,
-            "until": args.until,
-        }
+        filters = search_filters(vars(args))
+        filters["namespace"] = args.ns or self.namespace
+        return filters
 
     def _links(self) -> Links:
         from nbmemory.notebook_context import links_for
@@ -368,7 +357,7 @@ class MemoryMagics(Magics):
     @argument("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
     @_filter_arguments
     @argument_group("output")
-    @argument("--retrievers", help="bm25, vector or bm25,vector (default: both)")
+    @magic_options(RETRIEVERS)
     @argument("--explain", action="store_true", help="also show the ranking trace, stage by stage")
     @argument("--json", action="store_true", help="print the hits as JSON instead of a table")
     @output_can_be_silenced
@@ -390,10 +379,7 @@ class MemoryMagics(Magics):
         with _as_usage_errors():
             config = None
             if args.retrievers:
-                from nbmemory.search.pipeline import PipelineConfig
-
-                names = tuple(r.strip() for r in args.retrievers.split(",") if r.strip())
-                config = PipelineConfig(retrievers=names, rrf_k=self.memory.settings.rrf_k)
+                config = pipeline_config(args.retrievers, self.memory.settings.rrf_k)
             result = self.memory.search(query, k=_k(args.k, self.top_k), config=config, **self._filters(args))
         self.last_result = result
         if args.json:
@@ -686,17 +672,7 @@ class MemoryMagics(Magics):
         return snapshot
 
     @magic_arguments()
-    @argument("--epochs", type=int, default=1, help="training epochs (default 1)")
-    @argument("--max-triples", type=int, default=2048, help="most triples trained on (default 2048)")
-    @argument("--max-steps", type=int, help="cap on training steps (default 150 on CPU, none on CUDA)")
-    @argument(
-        "--query-source",
-        action="append",
-        help="title, first_sentence or log (repeatable or comma-separated; default title,log)",
-    )
-    @argument("--seed", type=int, default=42, help="seed for mining, the held-out split and training")
-    @argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")
-    @argument("--min-gain", type=float, default=0.005, help="held-out NDCG@10 gain needed (default 0.005)")
+    @magic_options(*TUNE_OPTIONS)
     @line_magic
     def memtune(self, line: str) -> Any:
         """Fine-tune the embedding model on this memory; adopt it only if it is better.
@@ -713,33 +689,14 @@ class MemoryMagics(Magics):
             report = %memtune --epochs 1
         """
         args = _parse(self.memtune, line)
-        from nbmemory.tune.run import DEFAULT_SOURCES, TuneOptions
-        from nbmemory.tune.train import TrainConfig
-
-        sources = tuple(
-            s.strip()
-            for part in (args.query_source or [",".join(DEFAULT_SOURCES)])
-            for s in part.split(",")
-            if s.strip()
-        )
         with _as_usage_errors():
-            options = TuneOptions(
-                sources=sources,
-                max_triples=args.max_triples,
-                train=TrainConfig(
-                    epochs=args.epochs, max_steps=args.max_steps, seed=args.seed, device=args.device
-                ),
-                min_delta=args.min_gain,
-            )
-            from nbmemory.remote.shared import SharedMemory
-
+            options = tune_options(vars(args))
             memory = self.memory
-            local = memory.memory if isinstance(memory, SharedMemory) else memory
-            if local is None:
-                raise UsageError(
-                    f"{memory.path} is owned by another process (the Jupyter server or another kernel): "
-                    "run %memtune there, or `nbmemory tune` once it is closed"
-                )
+            local = owned_memory(
+                memory,
+                f"{memory.path} is owned by another process (the Jupyter server or another kernel): "
+                "run %memtune there, or `nbmemory tune` once it is closed",
+            )
             progress = self._tune_progress()
             report = local.tune(options, progress=progress)
         print(report.summary())

@@ -16,9 +16,11 @@ from nbmemory.ingest.markdown import chunk_markdown
 from nbmemory.ingest.notebook import chunk_notebook
 from nbmemory.ingest.text import chunk_plain
 from nbmemory.ingest.types import ChunkDraft
+from nbmemory.search.filters import KINDS
 
 __all__ = [
     "EXTENSIONS",
+    "FILE_KINDS",
     "KINDS",
     "MAX_CHARS",
     "NUL_SCAN_BYTES",
@@ -81,7 +83,8 @@ EXTENSIONS: dict[str, str] = {
     **dict.fromkeys(_CODE, "code"),
     **dict.fromkeys(_TEXT, "text"),
 }
-KINDS = frozenset(EXTENSIONS.values())
+# The kinds a file can have: those of KINDS but "memory" (remembered items have no file).
+FILE_KINDS = frozenset(EXTENSIONS.values())
 
 _BOMS = (
     (b"\x00\x00\xfe\xff", "UTF-32"),
@@ -192,7 +195,7 @@ def chunk_text(path: str, text: str, kind: str, max_chars: int = MAX_CHARS) -> l
         return chunk_code(path, text, max_chars)
     if kind == "text":
         return chunk_plain(text, max_chars, heading=os.path.basename(path))
-    raise ConfigError(f"unknown chunk kind {kind!r}; use one of {', '.join(sorted(KINDS))}")
+    raise ConfigError(f"unknown chunk kind {kind!r}; use one of {', '.join(sorted(FILE_KINDS))}")
 
 
 def chunk_file(path: str, data: bytes, max_chars: int = MAX_CHARS) -> list[ChunkDraft]:

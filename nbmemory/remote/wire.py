@@ -5,7 +5,6 @@ No pickle: a message is JSON, and only the facade's methods can be called.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime
 from typing import Any
@@ -23,18 +22,10 @@ _DATES = ("created_at", "updated_at", "deleted_at")
 
 
 def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return {"__dt__": value.isoformat()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            "__type__": type(value).__name__,
-            **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)},
-        }
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    raise TypeError(f"cannot send {type(value).__name__} over the wire")
+    # The one JSON encoder of the front ends, tagging what _hook rebuilds on the other side.
+    from nbmemory.frontend import to_jsonable
+
+    return to_jsonable(value, tagged=True)
 
 
 def _hook(obj: dict[str, Any]) -> Any:

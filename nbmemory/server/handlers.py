@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from nbmemory.errors import NbMemoryError, NotFoundError
+from nbmemory.frontend import filter_options, local_memory, search_filters, to_jsonable
 from nbmemory.server.state import ServerState
 
 MAX_K = 200
@@ -33,19 +33,6 @@ MAX_NAMESPACE = 200
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TEXT_CHARS = 1_000_000
 MAX_PATH_CHARS = 4096
-KINDS = ("markdown", "notebook", "code", "text", "memory")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def _fail(status: int, message: str) -> tornado.web.HTTPError:
@@ -96,7 +83,7 @@ class MemoryHandler(APIHandler):
     def reply(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        text = json.dumps(data, default=_jsonable, ensure_ascii=False)
+        text = json.dumps(data, default=to_jsonable, ensure_ascii=False)
         # Stored text never reaches a browser as markup, even if sniffed: escape <, > and &.
         self.finish(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
@@ -157,6 +144,27 @@ class MemoryHandler(APIHandler):
         if not low <= number <= high:
             raise _fail(400, f"{name} must be an integer from {low} to {high}, got {number}")
         return number
+
+    def search_filters(self) -> dict[str, Any]:
+        """The search filters of the query string (:func:`~nbmemory.frontend.filter_options`), as
+        :meth:`~nbmemory.Memory.search` keywords."""
+        values: dict[str, Any] = {}
+        for option in filter_options():
+            if option.name == "ns":
+                continue  # read below, verbatim
+            if option.repeatable:
+                given = [x for x in self.get_query_arguments(option.name) if x]
+                unknown = [x for x in given if option.choices and x not in option.choices]
+                if unknown:
+                    raise _fail(
+                        400, f"{option.name} must be one of {', '.join(option.choices)}, got {unknown[0]!r}"
+                    )
+                values[option.name] = given
+            else:
+                values[option.name] = self.get_query_argument(option.name, None) or None
+        # Not stripped: "A " is another namespace than "A", and must not be read as it.
+        values["ns"] = _namespace(self.raw_query_argument("ns"))
+        return search_filters(values)
 
     def item_id(self, raw: str) -> int:
         try:
@@ -227,20 +235,8 @@ class SearchHandler(MemoryHandler):
         if not query:
             raise _fail(400, "q is required")
         k = self.int_arg("k", self.get_query_argument("k", None), 10)
-        kinds = [x for x in self.get_query_arguments("kind") if x]
-        unknown = [x for x in kinds if x not in KINDS]
-        if unknown:
-            raise _fail(400, f"kind must be one of {', '.join(KINDS)}, got {unknown[0]!r}")
+        kwargs = self.search_filters()
         explain = self.get_query_argument("explain", "0").lower() in ("1", "true", "yes")
-        kwargs: dict[str, Any] = {
-            # Not stripped: "A " is another namespace than "A", and must not be read as it.
-            "namespace": _namespace(self.raw_query_argument("ns")),
-            "kind": kinds or None,
-            "tags": [t for t in self.get_query_arguments("tag") if t],
-            "since": self.get_query_argument("since", None) or None,
-            "until": self.get_query_argument("until", None) or None,
-            "path": self.get_query_argument("path", None) or None,
-        }
         started = time.perf_counter()
         result = await self.call(lambda mem: mem.search(query, k, **kwargs))
         data: dict[str, Any] = {
@@ -414,7 +410,7 @@ def _run_index(memory: Any, job: IndexJob) -> None:
     job.state = "running"
     try:
         # The owner's local Memory reports progress file by file; a client only sees the end.
-        local = getattr(memory, "memory", None) if hasattr(memory, "role") else memory
+        local = local_memory(memory)
         lock = getattr(memory, "_lock", None) or threading.RLock()
         if local is not None:
             with lock:

@@ -1,0 +1,305 @@
+"""What the front ends share: option specs, the tune options, one JSON encoder, the owner helper.
+
+The command line (:mod:`nbmemory.cli`), the magics (:mod:`nbmemory.magics`) and the REST handlers
+(:mod:`nbmemory.server.handlers`) offer the same operations. Their options are declared here once,
+as :class:`Option` specs: :meth:`Option.add_to` puts one on an argparse parser,
+:func:`magic_options` on an IPython magic, and the handlers read the same names from the query
+string. :func:`search_filters` and :func:`tune_options` turn the values into what
+:meth:`~nbmemory.Memory.search` and :meth:`~nbmemory.Memory.tune` take.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from nbmemory.errors import NbMemoryError
+from nbmemory.search.filters import KINDS
+
+if TYPE_CHECKING:
+    import argparse
+
+    from nbmemory.memory import Memory
+    from nbmemory.search.pipeline import PipelineConfig, SearchResult
+    from nbmemory.tune.run import TuneOptions
+
+__all__ = [
+    "RETRIEVERS",
+    "TUNE_OPTIONS",
+    "Option",
+    "filter_options",
+    "local_memory",
+    "magic_options",
+    "owned_memory",
+    "pipeline_config",
+    "print_hits",
+    "search_filters",
+    "to_jsonable",
+    "tune_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Option:
+    """One option of a front-end command, declared once.
+
+    Takes what :meth:`argparse.ArgumentParser.add_argument` takes, e.g.
+    ``Option("--kind", action="append", choices=KINDS, help="only this kind")``.
+    """
+
+    def __init__(self, *flags: str, **settings: Any) -> None:
+        if not flags:
+            raise ValueError("an Option needs at least one flag or positional name")
+        self.flags = flags
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        return f"Option({', '.join(map(repr, self.flags))}, ...)"
+
+    @property
+    def name(self) -> str:
+        """The attribute argparse stores the value under; also the REST query argument's name."""
+        if "dest" in self.settings:
+            return str(self.settings["dest"])
+        long = [f for f in self.flags if f.startswith("--")]
+        return (long or list(self.flags))[0].lstrip("-").replace("-", "_")
+
+    @property
+    def help(self) -> str | None:
+        return self.settings.get("help")
+
+    @property
+    def repeatable(self) -> bool:
+        return self.settings.get("action") == "append"
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self.settings.get("choices") or ())
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add this option to an argparse parser."""
+        parser.add_argument(*self.flags, **self.settings)
+
+
+def magic_options(*options: Option, group: str | None = None) -> Callable[[F], F]:
+    """A decorator giving an IPython magic these options, as ``@argument`` lines in this order would.
+
+    Parameters
+    ----------
+    options:
+        The options, in the order ``%magic?`` lists them.
+    group:
+        Under this heading of the help (``@argument_group``); None: with the magic's other options.
+    """
+    from IPython.core.magic_arguments import argument, argument_group
+
+    decorators: list[Callable[[F], F]] = [argument_group(group)] if group else []
+    decorators += [argument(*o.flags, **o.settings) for o in options]
+
+    def apply(func: F) -> F:
+        # ArgDecorators are listed in the order applied and read back reversed: apply last first.
+        for decorate in reversed(decorators):
+            func = decorate(func)
+        return func
+
+    return apply
+
+
+# -- search ---------------------------------------------------------------------------------------
+def filter_options(namespace_default: str = "all") -> tuple[Option, ...]:
+    """The search filters every searching command takes, in the order their help lists them.
+
+    Parameters
+    ----------
+    namespace_default:
+        What ``--ns`` falls back on in this front end, for its help text.
+    """
+    kinds = f"{', '.join(KINDS[:-1])} or {KINDS[-1]}"
+    return (
+        Option("--ns", help=f"only this namespace (default: {namespace_default})"),
+        Option("--kind", action="append", choices=KINDS, help=f"only this kind: {kinds} (repeatable)"),
+        Option("--path", help="only sources matching this glob, e.g. '*/ops/*.md'"),
+        Option("--tag", action="append", help="only items with this tag (repeatable: all must match)"),
+        Option("--since", help="updated since: an ISO date (2026-01-31) or an age (30d, 12h, 2w)"),
+        Option("--until", help="updated until: an ISO date or an age"),
+    )
+
+
+RETRIEVERS = Option("--retrievers", help="bm25, vector or bm25,vector (default: both)")
+
+
+def search_filters(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :meth:`~nbmemory.Memory.search` that :func:`filter_options` give.
+
+    Parameters
+    ----------
+    values:
+        Option values by :attr:`Option.name` (``vars(args)`` of a parsed command line).
+    """
+    return {
+        "namespace": values.get("ns"),
+        "kind": values.get("kind") or None,
+        "path": values.get("path"),
+        "tags": values.get("tag") or (),
+        "since": values.get("since"),
+        "until": values.get("until"),
+    }
+
+
+def pipeline_config(retrievers: str, rrf_k: int) -> PipelineConfig:
+    """The pipeline that ``--retrievers bm25,vector`` asks for (a comma-separated list)."""
+    from nbmemory.search.pipeline import PipelineConfig
+
+    names = tuple(r.strip() for r in retrievers.split(",") if r.strip())
+    return PipelineConfig(retrievers=names, rrf_k=rrf_k)
+
+
+def print_hits(result: SearchResult, out: Any = None) -> None:
+    """Print ranked hits as text, with the rank each retriever gave."""
+    out = out or sys.stdout
+    if not result.hits:
+        print(f"  (no results: {result.reason})" if result.rejected else "  (no results)", file=out)
+        return
+    for rank, hit in enumerate(result.hits, start=1):
+        tier = f" {hit.tier}" if hit.tier != "none" else ""
+        print(f"{rank:>3}. [{hit.score:.4f}{tier}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)
+        if hit.heading:
+            print(f"     {hit.heading}", file=out)
+        for line in textwrap.wrap(hit.snippet, width=96)[:3]:
+            print(f"     {line}", file=out)
+
+
+def _ranks(hit: Any) -> str:
+    parts = []
+    for name in ("bm25", "vector"):
+        rank = hit.ranks.get(name)
+        parts.append(f"{name} #{rank}" if rank else f"{name} -")
+    return ", ".join(parts)
+
+
+# -- tuning ---------------------------------------------------------------------------------------
+TUNE_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "--query-source",
+        action="append",
+        help="where queries come from: title, first_sentence, log (repeatable or comma-separated; default title,log)",
+    ),
+    Option("--epochs", type=int, default=1, help="training epochs (default 1)"),
+    Option("--max-triples", type=int, default=2048, help="most triples trained on (default 2048)"),
+    Option("--max-queries", type=int, default=3000, help="most queries mined (default 3000)"),
+    Option("--max-steps", type=int, help="cap on training steps (default 150 on CPU, none on CUDA; 0: none)"),
+    Option("--batch-size", type=int, default=32, help="triples per step (default 32)"),
+    Option("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)"),
+    Option("--max-seq-length", type=int, help="word pieces per text (default 128 on CPU, 256 on CUDA)"),
+    Option("--seed", type=int, default=42, help="seed: mining sample, held-out split, training (default 42)"),
+    Option("--device", help="cpu, cuda or cuda:N (default: cuda when present, else cpu)"),
+    Option(
+        "--min-gain", type=float, default=0.005, help="held-out NDCG@10 gain needed to adopt (default 0.005)"
+    ),
+    Option(
+        "--no-hard-negatives",
+        action="store_true",
+        help="train on (query, positive) pairs only (in-batch negatives), without the mined negatives",
+    ),
+)
+
+
+def tune_options(values: Mapping[str, Any], namespace: str | None = None) -> TuneOptions:
+    """The settings of a tuning run that :data:`TUNE_OPTIONS` values ask for.
+
+    Parameters
+    ----------
+    values:
+        Option values by :attr:`Option.name` (``vars(args)`` of a parsed command line).
+    namespace:
+        Mine only this namespace (default: all).
+    """
+    from nbmemory.tune.run import DEFAULT_SOURCES, TuneOptions
+    from nbmemory.tune.train import TrainConfig
+
+    sources = tuple(
+        s.strip()
+        for part in (values["query_source"] or [",".join(DEFAULT_SOURCES)])
+        for s in part.split(",")
+        if s.strip()
+    )
+    return TuneOptions(
+        sources=sources,
+        max_queries=values["max_queries"],
+        max_triples=values["max_triples"],
+        train=TrainConfig(
+            epochs=values["epochs"],
+            batch_size=values["batch_size"],
+            learning_rate=values["lr"],
+            max_steps=values["max_steps"],
+            max_seq_length=values["max_seq_length"],
+            seed=values["seed"],
+            device=values["device"],
+            hard_negatives=not values["no_hard_negatives"],
+        ),
+        min_delta=values["min_gain"],
+        namespace=namespace,
+    )
+
+
+# -- the owner ------------------------------------------------------------------------------------
+def local_memory(memory: Any) -> Memory | None:
+    """The :class:`~nbmemory.Memory` of this process behind ``memory``, if any.
+
+    ``memory`` itself when it is a Memory; for a :class:`~nbmemory.remote.SharedMemory`, its
+    local Memory when this process owns the file, else None (another process runs the calls).
+    """
+    from nbmemory.memory import Memory
+
+    return memory if isinstance(memory, Memory) else memory.memory
+
+
+def owned_memory(memory: Any, busy: str) -> Memory:
+    """The local Memory, for work that runs only in the owner (tuning, switching models).
+
+    Such work runs for minutes and reports progress through callbacks, which cannot cross to
+    another process.
+
+    Raises
+    ------
+    NbMemoryError
+        With the message ``busy`` when another process owns the file.
+    """
+    local = local_memory(memory)
+    if local is None:
+        raise NbMemoryError(busy)
+    return local
+
+
+# -- JSON -----------------------------------------------------------------------------------------
+def to_jsonable(value: Any, tagged: bool = False) -> Any:
+    """``default=`` of :func:`json.dumps` for nbmemory's results: dataclasses, datetimes, sets, numpy.
+
+    Parameters
+    ----------
+    value:
+        What :mod:`json` cannot encode by itself.
+    tagged:
+        Mark datetimes and dataclasses (``{"__dt__": ...}``, ``{"__type__": "Hit", ...}``) so
+        that the other end rebuilds them (:func:`nbmemory.remote.wire.loads`); plain JSON if False.
+    """
+    if isinstance(value, datetime):
+        return {"__dt__": value.isoformat()} if tagged else value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if not tagged:
+            return dataclasses.asdict(value)
+        return {
+            "__type__": type(value).__name__,
+            **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)},
+        }
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    name = type(value).__name__
+    raise TypeError(f"cannot send {name} over the wire" if tagged else f"cannot encode {name} as JSON")
