@@ -103,6 +103,8 @@ class Hit:
     scores (BM25 score, cosine similarity). ``similarity`` is the item's cosine similarity to
     the query, and ``tier`` (``high``, ``medium``, ``low``, ``none``) how likely an item that close
     is relevant, from thresholds derived for the active model (``none`` when there are none).
+    ``more`` lists the other chunks of the same source that ranked (best first) when results
+    are grouped per source; ``weak`` marks a hit neither retriever supports (a weaker match).
     """
 
     id: int
@@ -124,6 +126,8 @@ class Hit:
     retriever_scores: dict[str, float] = field(default_factory=dict)
     similarity: float | None = None
     tier: str = "none"
+    more: list[int] = field(default_factory=list)
+    weak: bool = False
 
     @property
     def found_by(self) -> list[str]:

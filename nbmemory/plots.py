@@ -211,10 +211,11 @@ def score_distributions(result: SearchResult, bins: int = 15) -> alt.Chart:
 
 
 def contribution(result: SearchResult) -> alt.Chart:
-    """Each retriever's share of every fused top-k item's RRF score (stacked bars).
+    """Each retriever's share of every fused top-k item's score (stacked bars).
 
-    The share of retriever ``r`` is ``weight_r / (k + rank_r)``, the term it adds to the fused
-    score, with ``k`` and the weights read from the trace's ``rrf`` stage.
+    With convex fusion (the default) the share of retriever ``r`` is ``weight_r * score_r``
+    (cosine for vectors, BM25 over the query's IDF mass for keywords); with RRF it is
+    ``weight_r / (k + rank_r)``. Weights, ``k`` and the mass are read from the fusion stage.
 
     Parameters
     ----------
@@ -225,9 +226,11 @@ def contribution(result: SearchResult) -> alt.Chart:
     -------
     altair.Chart
     """
-    fused = result.trace.stage("rrf")
+    fused = result.fusion
     if fused is None:
-        raise ConfigError("the result's trace has no rrf stage: pass a result from Memory.search")
+        raise ConfigError("the result's trace has no fusion stage: pass a result from Memory.search")
+    convex = fused.name == "convex"
+    mass = float(fused.notes.get("mass", 0.0))
     rrf_k = int(fused.notes.get("k", 60))
     weights: dict[str, float] = dict(fused.notes.get("weights", {}))
     # Adaptive fusion gives each retriever its own constant.
@@ -251,7 +254,11 @@ def contribution(result: SearchResult) -> alt.Chart:
                         "id": doc,
                         "retriever": name,
                         "rank": by_doc[doc],
-                        "contribution": weights.get(name, 1.0) / (ks.get(name, rrf_k) + by_doc[doc]),
+                        "contribution": (
+                            weights.get(name, 1.0) * _scaled(hits.get(doc), name, mass)
+                            if convex
+                            else weights.get(name, 1.0) / (ks.get(name, rrf_k) + by_doc[doc])
+                        ),
                     }
                 )
     frame = pl.DataFrame(
@@ -266,11 +273,16 @@ def contribution(result: SearchResult) -> alt.Chart:
     )
     return (
         alt.Chart(
-            frame, title=_title(f"Contribution to the fused top-{len(labels)} (RRF k={rrf_k})", result.query)
+            frame,
+            title=_title(
+                f"Contribution to the fused top-{len(labels)} "
+                + ("(convex: weight x score)" if convex else f"(RRF k={rrf_k})"),
+                result.query,
+            ),
         )
         .mark_bar()
         .encode(
-            x=alt.X("contribution:Q", stack="zero", title="RRF score contribution"),
+            x=alt.X("contribution:Q", stack="zero", title="fused score contribution"),
             y=alt.Y("item:N", sort=labels, title="fused rank, item"),
             color=alt.Color("retriever:N", title="retriever", sort=list(RETRIEVERS)),
             order=alt.Order("retriever:N"),
@@ -345,3 +357,12 @@ def distance_relevance(frame: pl.DataFrame, bins: int = 10) -> alt.Chart:
         )
         .properties(width=WIDTH, height=HEIGHT - 60)
     )
+
+
+def _scaled(hit: Hit | None, retriever: str, mass: float) -> float:
+    """A hit's score on the convex scale: cosine, or BM25 as a share of the query's IDF mass."""
+    if hit is None:
+        return 0.0
+    if retriever == "vector":
+        return float(hit.retriever_scores.get("vector", hit.similarity or 0.0))
+    return float(hit.retriever_scores.get("bm25", 0.0)) / mass if mass > 0 else 0.0

@@ -231,7 +231,7 @@ def test_explain_and_json(ip: InteractiveShell, fake_mem: Memory, capsys: pytest
     payload = json.loads(capsys.readouterr().out)
     assert payload["hits"][0]["text"] == "Token rotation happens every 90 days"
     assert payload["hits"][0]["ranks"] == {"bm25": 1, "vector": 1}
-    assert [s["name"] for s in payload["trace"]["stages"]][:3] == ["bm25", "vector", "rrf"]
+    assert [s["name"] for s in payload["trace"]["stages"]][:3] == ["bm25", "vector", "convex"]
     magics_of(ip).explain = True
     with capture_output() as cap:
         ip.run_line_magic("memsearch", "token rotation")

@@ -299,7 +299,11 @@ def _code_hash() -> str:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     files = [root / "memory.py", *sorted((root / "store").glob("*.py"))]
-    files += [root / "ingest" / "redact.py", root / "ingest" / "chunking.py", root / "ingest" / "text.py"]
+    files += [
+        *sorted((root / "ingest" / "redact").glob("*.py")),
+        root / "ingest" / "chunking.py",
+        root / "ingest" / "text.py",
+    ]
     for file in files:
         if file.exists():
             digest.update(file.read_bytes())

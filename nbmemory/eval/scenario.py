@@ -471,20 +471,36 @@ def generate(seed: int = 7, variants: int = 3, queries_per_kind: int = 40) -> Sc
     return Scenario(seed=seed, items=items + updated_items, queries=queries + updated_queries)
 
 
-def _updated_facts(rng: random.Random, variants: int, n: int = 24) -> tuple[list[MemoryItem], list[ScenarioQuery]]:
+def _updated_facts(
+    rng: random.Random, variants: int, n: int = 24
+) -> tuple[list[MemoryItem], list[ScenarioQuery]]:
     """Facts stated twice, months apart, with different values; the newer one is the answer."""
     people = ["Priya", "Marek", "Aiko", "Tomás", "Lena", "Kwame", "Sofia", "Jonas", "Mei", "Ravi"]
     days = ["Monday", "Tuesday", "Wednesday", "Thursday"]
     facts: list[tuple[str, str, Callable[[], str]]] = [
-        ("the staging database is on {value}", "where does the {service} staging database live?",
-         lambda: f"db-stg-{rng.randint(10, 99)}.internal"),
-        ("alerts go to the {value} channel", "which chat channel gets {service} alerts?",
-         lambda: f"#alerts-{rng.choice(['core', 'platform', 'sre', 'data', 'edge', 'payments'])}-{rng.randint(1, 9)}"),
+        (
+            "the staging database is on {value}",
+            "where does the {service} staging database live?",
+            lambda: f"db-stg-{rng.randint(10, 99)}.internal",
+        ),
+        (
+            "alerts go to the {value} channel",
+            "which chat channel gets {service} alerts?",
+            lambda: (
+                f"#alerts-{rng.choice(['core', 'platform', 'sre', 'data', 'edge', 'payments'])}-{rng.randint(1, 9)}"
+            ),
+        ),
         ("the on-call owner is {value}", "who is on call for {service}?", lambda: rng.choice(people)),
-        ("the client library is pinned to {value}", "which client library version does {service} pin?",
-         lambda: f"v{rng.randint(1, 4)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}"),
-        ("deploys are allowed on {value}", "when am I allowed to deploy {service}?",
-         lambda: f"{rng.choice(days)} after {rng.randint(9, 16)}:00"),
+        (
+            "the client library is pinned to {value}",
+            "which client library version does {service} pin?",
+            lambda: f"v{rng.randint(1, 4)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}",
+        ),
+        (
+            "deploys are allowed on {value}",
+            "when am I allowed to deploy {service}?",
+            lambda: f"{rng.choice(days)} after {rng.randint(9, 16)}:00",
+        ),
     ]
     templates = ["{service}: {fact}.", "Note on {service}: {fact}.", "For the {service} service, {fact}."]
     combos = rng.sample([(svc, f) for svc in sorted(SERVICES) for f in range(len(facts))], n)
@@ -741,7 +757,9 @@ def _apply_timeline(mem: Any, scenario: Scenario, ids: Sequence[int]) -> None:
     table = pa.table({"id": pa.array(list(ids), pa.int64()), "at": pa.array(when, pa.timestamp("us"))})
     with mem.db.transaction():
         mem.db.with_arrow(
-            "_nbm_ages", table, "UPDATE chunks SET created_at = t.at, updated_at = t.at FROM _nbm_ages t WHERE chunks.id = t.id"
+            "_nbm_ages",
+            table,
+            "UPDATE chunks SET created_at = t.at, updated_at = t.at FROM _nbm_ages t WHERE chunks.id = t.id",
         )
     by_topic: dict[str, list[int]] = {}
     for item, item_id in zip(scenario.items, ids, strict=True):
@@ -819,7 +837,7 @@ def evaluate_scenario(
                     topics = [(hit.source or "").split("#")[0] for hit in found.hits]
                     vector = found.trace.stage("vector")
                     bm25 = found.trace.stage("bm25")
-                    fused = found.trace.stage("rrf")
+                    fused = found.fusion
                     evidence = fused.notes.get("evidence") if fused else None
                     results.append(
                         QueryOutcome(

@@ -101,7 +101,7 @@ class SharedMemory(MemoryAPI):
         if method in _KEYED and kwargs.get("request_key") is None:
             kwargs["request_key"] = uuid.uuid4().hex
         deadline = time.monotonic() + FAILOVER_SECONDS
-        request = wire.dumps({"method": method, "args": args, "kwargs": kwargs})
+        request: bytes | None = None
         # One request at a time per process, owner or client: the connection carries one
         # request and its reply at a time (threads sharing it would read each other's replies),
         # and a failover must run once, not once per waiting thread.
@@ -112,6 +112,8 @@ class SharedMemory(MemoryAPI):
                 if self._local is not None:
                     return getattr(self._local, method)(*args, **kwargs)
                 assert self._conn is not None
+                if request is None:  # only what crosses the socket is encoded (callbacks cannot)
+                    request = wire.dumps({"method": method, "args": args, "kwargs": kwargs})
                 try:
                     self._conn.send_bytes(request)
                     reply = wire.loads(self._conn.recv_bytes())

@@ -60,6 +60,10 @@ class QueryEvidence:
     identifiers: list[str] = field(default_factory=list)
     missing_terms: list[str] = field(default_factory=list)
     reason: str = ""
+    #: The query's IDF mass (terms no item holds count at ``unseen_idf``, the IDF of a term no
+    #: item holds): the scale of BM25 scores in convex fusion and of the no-answer flag.
+    mass: float = 0.0
+    unseen_idf: float = 0.0
 
 
 def identifiers(query: str) -> list[str]:
@@ -122,4 +126,4 @@ def fusion_weights(
             lean = 2.0 * share - 1.0
             reason = f"identifier {found_ids[0]!r} is in the corpus and carries {share:.0%} of the query's IDF mass"
     weights = {"bm25": 1.0 + strength * lean, "vector": 1.0 - strength * lean}
-    return QueryEvidence(evidence, lean, weights, found_ids, missing, reason)
+    return QueryEvidence(evidence, lean, weights, found_ids, missing, reason, mass, unseen_idf)

@@ -25,10 +25,12 @@ from nbmemory.search import supersede as supersede_mod
 from nbmemory.search.adaptive import QueryEvidence
 from nbmemory.search.base import Query, Retrieved, Retriever
 from nbmemory.search.bm25 import BM25Retriever
+from nbmemory.search.convex import convex, scale_bm25
 from nbmemory.search.filters import Filters
 from nbmemory.search.fusion import rrf
+from nbmemory.search.group import group_by_source
 from nbmemory.search.rows import CandidateRow, HitRow, fetch_rows
-from nbmemory.search.trace import Trace
+from nbmemory.search.trace import Stage, Trace
 from nbmemory.search.vector import VectorRetriever
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database, utcnow
@@ -39,6 +41,11 @@ if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
 
 RETRIEVERS = ("bm25", "vector")
+FUSIONS = ("convex", "rrf")
+#: A hit matching less than this share of the query's IDF mass has no keyword support.
+WEAK_LEXICAL = 0.5
+#: ... and one scoring under this share of the best hit is part of a weak tail.
+WEAK_SHARE = 0.75
 SNIPPET_CHARS = 240
 MAX_QUERY_CHARS = 4000
 #: The largest k: ranks and the search log's k are 32-bit.
@@ -49,9 +56,11 @@ MAX_K = 2**31 - 1
 class PipelineConfig:
     """Knobs of the search pipeline. Every boolean is one stage, on or off.
 
-    Stages run in this order: retrieval (``retrievers``), fusion (RRF; ``adaptive`` weights),
-    ``reranker`` (gated cross-encoder), ``recency``, ``supersede``, ``dedup``, ``mmr``, the
-    cut to ``k``, ``reject`` and the relevance tiers. Why that order: see README "Search pipeline".
+    Stages run in this order: retrieval (``retrievers``), fusion (``fusion``: convex
+    combination of scores or RRF; ``adaptive`` weights), ``reranker`` (gated cross-encoder),
+    ``recency``, ``supersede``, ``dedup``, ``mmr``, ``group`` (one result per source), the cut
+    to ``k``, ``reject`` (the no-answer flag) and the relevance tiers. Why that order: see README
+    "Search pipeline".
 
     Parameters
     ----------
@@ -59,6 +68,14 @@ class PipelineConfig:
         Which retrievers run; one alone gives a single-retriever search (for evaluation).
     depth:
         Candidates taken from each retriever; ``None`` means ``max(50, 3 * k)``.
+    fusion:
+        ``"convex"``: ``vector_weight * cosine + (1 - vector_weight) * BM25 / query IDF mass``
+        (scores on absolute scales, so a weak best match stays weak); ``"rrf"``: Reciprocal
+        Rank Fusion of the two rankings.
+    vector_weight:
+        The vector side's weight in the convex combination. MiniLM's cosines of relevant notes
+        spread over about a third of the range BM25's share of the query spans, so 0.8 gives
+        both sides a similar say; an identifier the corpus holds moves it towards BM25.
     rrf_k:
         RRF constant.
     weights:
@@ -89,12 +106,18 @@ class PipelineConfig:
         Collapse exact and near-duplicate results (cosine >= ``dedup_threshold``).
     mmr:
         Maximal Marginal Relevance with ``mmr_lambda`` (1.0 = relevance only).
+    group:
+        One result per source (note, notebook, file): its best chunk, with the others in
+        ``Hit.more``; off gives the flat list of chunks.
     reject:
-        Return nothing when both the keyword and the vector signal are weak (per-model levels).
+        Flag "no confident answer" (``SearchResult.rejected``, hits kept) when neither signal
+        supports the best hit (:mod:`nbmemory.search.reject`).
     """
 
     retrievers: tuple[str, ...] = RETRIEVERS
     depth: int | None = None
+    fusion: str = "convex"
+    vector_weight: float = 0.8
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
     adaptive: bool = True
@@ -110,6 +133,7 @@ class PipelineConfig:
     dedup_threshold: float = 0.95
     mmr: bool = False
     mmr_lambda: float = 0.7
+    group: bool = True
     reject: bool = True
 
     def __post_init__(self) -> None:
@@ -132,14 +156,18 @@ class PipelineConfig:
             raise ConfigError(f"recency_weight must be in [0, 1), got {self.recency_weight}")
         if not 0.0 < self.dedup_threshold <= 1.0:
             raise ConfigError(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
+        if self.fusion not in FUSIONS:
+            raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
+        if not 0.0 <= self.vector_weight <= 1.0:
+            raise ConfigError(f"vector_weight must be between 0 and 1, got {self.vector_weight}")
         if not 0.0 <= self.mmr_lambda <= 1.0:
             raise ConfigError(f"mmr_lambda must be between 0 and 1, got {self.mmr_lambda}")
 
     @classmethod
     def plain(cls, retrievers: tuple[str, ...] = RETRIEVERS, **changes: Any) -> PipelineConfig:
         """Retrieval and equal-weight RRF only: every optional stage off (the evaluation baselines)."""
-        off = {f.name: False for f in dataclasses.fields(cls) if isinstance(f.default, bool)}
-        return cls(retrievers=retrievers, **{**off, **changes})
+        off: dict[str, Any] = {f.name: False for f in dataclasses.fields(cls) if isinstance(f.default, bool)}
+        return cls(retrievers=retrievers, **{**off, "fusion": "rrf", **changes})
 
 
 @dataclass
@@ -151,6 +179,11 @@ class SearchResult:
     trace: Trace
     rejected: bool = False
     reason: str = ""
+
+    @property
+    def fusion(self) -> Stage | None:
+        """The fusion stage of the trace (``convex`` or ``rrf``), None for one retriever."""
+        return self.trace.stage("convex") or self.trace.stage("rrf")
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.hits)
@@ -334,7 +367,7 @@ class SearchPipeline:
         needs_vector = any(r.needs_vector for r in self.retrievers)
         q = Query(text, self.embedder if needs_vector else None)
         found = self._retrieve(q, config.depth or max(50, 3 * k), filters or Filters(), trace)
-        evidence, order = self._fuse(text, found, k, trace)
+        evidence, order = self._fuse(q, found, k, trace)
         pool = _Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None)
         if config.reranker:
             order = self._rerank(text, order, found, pool, trace)
@@ -346,11 +379,17 @@ class SearchPipeline:
             order = self._dedup(order, pool, trace)
         if config.mmr:
             order = self._mmr(order, pool, k, trace)
+        more: dict[int, list[int]] = {}
+        if config.group:
+            order, more = self._group(order, pool, k, trace)
         order = order[:k]
         rejected, reason = False, ""
         if config.reject and evidence is not None and "vector" in found:
-            rejected, reason = self._reject(order, found["vector"].scores, evidence.evidence, trace)
-        hits = self._hydrate_step(text, [] if rejected else order, found, pool, trace)
+            rejected, reason = self._reject(text, order, found["vector"].scores, evidence, trace)
+        hits = self._hydrate_step(text, order, found, pool, trace)
+        for hit in hits:
+            hit.more = more.get(hit.id, [])
+        self._support(hits, evidence)
         return SearchResult(text, hits, trace, rejected=rejected, reason=reason)
 
     # -- stages ---------------------------------------------------------------------------------
@@ -369,6 +408,70 @@ class SearchPipeline:
         return found
 
     def _fuse(
+        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace
+    ) -> tuple[QueryEvidence | None, Ranked]:
+        """Fuse the rankings (convex or RRF, weights from the query's evidence), cut to a pool deeper than k."""
+        if self.config.fusion == "convex" and len(found) > 1:
+            return self._convex(query, found, k, trace)
+        return self._rrf(query.text, found, k, trace)
+
+    def _pool_depth(self, k: int) -> int:
+        # Later stages reorder, drop and group: they work on a pool deeper than k.
+        return max(
+            k + 20,
+            2 * k,
+            self.config.rerank_depth if self.config.reranker else 0,
+            4 * k if self.config.group else 0,
+        )
+
+    def _convex(
+        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace
+    ) -> tuple[QueryEvidence | None, Ranked]:
+        """Convex combination of the cosine and the BM25 share of the query, for every candidate."""
+        config = self.config
+        ranks = _ranks(found)
+        with trace.step("convex") as stage:
+            evidence = self._evidence(query.text, found.get("bm25"))
+            alpha = config.vector_weight
+            why = "fixed weights"
+            if evidence is not None and config.adaptive and evidence.lean > 0:
+                # Identifiers the corpus holds are what an embedding cannot see.
+                alpha = config.vector_weight * (1.0 - 0.5 * evidence.lean)
+                why = evidence.reason
+            elif evidence is not None and config.adaptive:
+                why = "cosine and keyword share on their own scales"
+            weights = {"bm25": 1.0 - alpha, "vector": alpha}
+            candidates = list(dict.fromkeys(i for got in found.values() for i in got.ids))
+            cosine = self._cosines(query, found["vector"], candidates)
+            lexical = scale_bm25(found["bm25"].scores, evidence.mass if evidence is not None else 0.0)
+            fused = convex({"bm25": lexical, "vector": cosine}, weights)[: self._pool_depth(k)]
+            stage.notes = {"weights": {n: round(w, 3) for n, w in weights.items()}, "why": why}
+            if evidence is not None:
+                stage.notes.update(evidence=round(evidence.evidence, 3), mass=round(evidence.mass, 3))
+            stage.output = [i for i, _ in fused]
+            stage.scores = dict(fused)
+            stage.detail = {
+                doc: ", ".join(
+                    (f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -")
+                    + f" ({(cosine if name == 'vector' else lexical).get(doc, 0.0):.3f})"
+                    for name in found
+                )
+                for doc in stage.output[:k]
+            }
+        return evidence, list(fused)
+
+    def _cosines(self, query: Query, got: Retrieved, ids: list[int]) -> dict[int, float]:
+        """Cosine similarity to the query of every candidate (the vector side's own, else exact)."""
+        out = {i: s for i, s in got.scores.items()}
+        missing = [i for i in ids if i not in out]
+        if missing:
+            qvec = query.vector()
+            q = qvec / (float(np.linalg.norm(qvec)) or 1.0)
+            for i, v in vectors.get_many(self.db, missing).items():
+                out[i] = float(v @ q) / (float(np.linalg.norm(v)) or 1.0)
+        return out
+
+    def _rrf(
         self, query: str, found: dict[str, Retrieved], k: int, trace: Trace
     ) -> tuple[QueryEvidence | None, Ranked]:
         """RRF over the rankings (adaptive weights from the lexical evidence), cut to a pool deeper than k."""
@@ -394,9 +497,7 @@ class SearchPipeline:
                 if evidence is not None:
                     stage.notes["evidence"] = round(evidence.evidence, 3)
             stage.notes["k"] = config.rrf_k
-            fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)
-            # Later stages reorder and drop: they work on a pool deeper than k.
-            fused = fused[: max(k + 20, 2 * k, config.rerank_depth if config.reranker else 0)]
+            fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)[: self._pool_depth(k)]
             stage.output = [i for i, _ in fused]
             stage.scores = dict(fused)
             stage.detail = {
@@ -430,8 +531,11 @@ class SearchPipeline:
         config = self.config
         firsts = {name: (got.ids[0] if got.ranked else None) for name, got in found.items()}
         with trace.step("rerank", compare=True) as stage:
+            # The gate reads how clearly the rankings agree on a leader, on the rank scale it was
+            # set on (RRF), whichever fusion ordered the candidates.
+            by_rank = rrf({name: got.ids for name, got in found.items()}, k=config.rrf_k)
             decision = (
-                rerank_mod.gate(order, firsts, config.rerank_gate)
+                rerank_mod.gate(by_rank, firsts, config.rerank_gate)
                 if config.rerank_gate is not None
                 else rerank_mod.GateDecision(True, "gate off", 0.0)
             )
@@ -517,8 +621,9 @@ class SearchPipeline:
         return out
 
     def _reject(
-        self, order: Ranked, sims: dict[int, float], evidence: float, trace: Trace
+        self, query: str, order: Ranked, sims: dict[int, float], evidence: QueryEvidence, trace: Trace
     ) -> tuple[bool, str]:
+        """The no-answer flag: hits are kept (an interactive search never shows an empty screen)."""
         with trace.step("reject", compare=True) as stage:
             stage.output = [i for i, _ in order]
             thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
@@ -526,12 +631,43 @@ class SearchPipeline:
                 stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
                 return False, ""
             top_sim = max(sims.values(), default=None)
-            rejected, why = thresholds.should_reject(top_sim, evidence)
-            stage.notes = {"rejected": rejected, "why": why}
-            if rejected:
-                stage.dropped = {i: "no answer: weak keyword and vector signal" for i, _ in order}
-                stage.output = []
-        return rejected, ("no stored item answers this query: " + why) if rejected else ""
+            share, words = reject_mod.unseen_share(
+                query, evidence.mass, evidence.unseen_idf, evidence.missing_terms
+            )
+            rejected, reason, numbers = thresholds.should_reject(
+                top_sim, share, words, fts.corpus_size(self.db)
+            )
+            stage.notes = {"rejected": rejected, "why": numbers}
+        return rejected, reason
+
+    def _group(self, order: Ranked, pool: _Pool, k: int, trace: Trace) -> tuple[Ranked, dict[int, list[int]]]:
+        """One result per source: its best chunk leads, the others ride along in ``Hit.more``."""
+        with trace.step("group", compare=True) as stage:
+            rows = pool.rows()
+            sources = {i: (rows[i].source if i in rows else None) for i, _ in order}
+            leaders, more = group_by_source(order, sources, k)
+            stage.output = [i for i, _ in leaders]
+            stage.scores = dict(leaders)
+            stage.notes = {"groups": len(leaders), "chunks": len(order)}
+            for leader, others in more.items():
+                if others:
+                    stage.detail[leader] = f"+{len(others)} more in this source"
+                    for other in others:
+                        stage.dropped[other] = f"in the same source as #{leader}"
+        return leaders, more
+
+    def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
+        """Mark the tail no retriever supports: below the lowest cosine tier, matching under half
+        of the query's IDF mass, and scoring under :data:`WEAK_SHARE` of the best hit. They keep
+        their place; front ends show them as weaker matches."""
+        if not hits or reject_mod.thresholds_for(self.embedder.fingerprint) is None:
+            return  # no tiers for this model: no way to call a cosine weak
+        mass = evidence.mass if evidence is not None else 0.0
+        best = hits[0].score
+        for hit in hits:
+            lexical = hit.retriever_scores.get("bm25", 0.0) / mass if mass > 0 else 0.0
+            semantic = hit.tier != "none" or (hit.similarity is None and "vector" not in hit.ranks)
+            hit.weak = not semantic and lexical < WEAK_LEXICAL and hit.score < WEAK_SHARE * best
 
     def _hydrate_step(
         self, query: str, order: Ranked, found: dict[str, Retrieved], pool: _Pool, trace: Trace

@@ -302,3 +302,9 @@ def search(
         for r in rows:
             matched.setdefault(int(r[0]), set()).update(by_id.get(t, t) for t in r[2])
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def corpus_size(db: Database) -> int:
+    """Items the BM25 statistics count (snapshot and delta)."""
+    n_idx, _, n_delta, _ = _corpus_stats(db)
+    return n_idx + n_delta

@@ -158,6 +158,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
         "default-supersede",
         "default-dedup",
         "default+mmr",
+        "default-group",
         "default-reject",
         "default+recency",
     }

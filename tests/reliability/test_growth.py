@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from nbmemory import Memory
-from nbmemory.store import search_log as search_log_module
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import connect
+from nbmemory.store import search_log as search_log_module
 from nbmemory.store import vectors
 
 

@@ -33,7 +33,7 @@ def notes(mem: Memory) -> dict[str, int]:
 
 def test_identifier_query_leans_to_bm25_and_says_why(mem: Memory, notes: dict[str, int]) -> None:
     result = mem.search("INC-4821", k=3, log=False)
-    fused = result.trace.stage("rrf")
+    fused = result.fusion
     assert fused is not None
     assert fused.notes["weights"]["bm25"] > fused.notes["weights"]["vector"]
     assert "identifier 'INC-4821'" in fused.notes["why"]
@@ -42,25 +42,19 @@ def test_identifier_query_leans_to_bm25_and_says_why(mem: Memory, notes: dict[st
 
 def test_paraphrase_without_shared_words_leans_to_vectors(mem: Memory, notes: dict[str, int]) -> None:
     result = mem.search("which dataframe library do I like?", k=3, log=False)
-    fused = result.trace.stage("rrf")
+    fused = result.fusion
     assert fused is not None and fused.notes["weights"]["vector"] > fused.notes["weights"]["bm25"]
     assert result.ids[0] == notes["For"]
 
 
-def test_no_answer_query_is_rejected_and_answerable_ones_are_not(mem: Memory, notes: dict[str, int]) -> None:
+def test_a_small_memory_never_flags_no_answer_and_says_why(mem: Memory, notes: dict[str, int]) -> None:
+    # Seven notes lack most words: a missing word is no evidence there (tests/search/
+    # test_real_notes.py checks the flag on a thousand real notes).
     miss = mem.search("kubernetes pod eviction thresholds for gpu nodes", k=5, log=False)
-    assert miss.rejected and miss.hits == [] and "no stored item answers" in miss.reason
+    assert not miss.rejected and miss.hits
     stage = miss.trace.stage("reject")
-    assert stage is not None and stage.notes["rejected"] and stage.dropped
-    hit = mem.search("how do I restart the ingest worker", k=5, log=False)
-    assert not hit.rejected and hit.ids[0] == notes["To"]
-    # The same miss with the stage off returns its (weak) best guesses.
-    assert mem.search(
-        "kubernetes pod eviction thresholds for gpu nodes",
-        k=5,
-        log=False,
-        config=PipelineConfig(reject=False),
-    ).hits
+    assert stage is not None and "too few" in stage.notes["why"]
+    assert mem.search("how do I restart the ingest worker", k=5, log=False).ids[0] == notes["To"]
 
 
 def test_hits_carry_similarity_and_tier(mem: Memory, notes: dict[str, int]) -> None:
@@ -100,8 +94,13 @@ def test_recency_prefers_the_newer_of_two_equal_notes(mem: Memory) -> None:
     mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, b.id])
     mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, a.id])
     mem.db.execute("UPDATE chunks SET created_at = ? WHERE id = ?", [utcnow() - timedelta(days=2), a.id])
+    # Recency moves an item among near-ties: the two notes tie in RRF (equal BM25, adjacent vector
+    # ranks); in the convex scores the names alone put 6 % between them, more than recency's 5 %.
     result = mem.search(
-        "who is on call for the export scheduler", k=2, log=False, config=PipelineConfig(recency=True)
+        "who is on call for the export scheduler",
+        k=2,
+        log=False,
+        config=PipelineConfig(recency=True, fusion="rrf"),
     )
     assert result.ids[0] == a.id
     assert "age 2 d" in result.trace.stage("recency").detail[a.id]  # type: ignore[union-attr]
@@ -132,7 +131,7 @@ def test_explain_shows_each_stage_what_moved_and_why(mem: Memory, notes: dict[st
     for part in (
         "[bm25]",
         "[vector]",
-        "[rrf]",
+        "[convex]",
         "[recency]",
         "[dedup]",
         "[reject]",
@@ -177,7 +176,7 @@ def test_reranker_runs_only_when_the_gate_opens_and_blends_by_rank(
         assert stage is not None and isinstance(stage.notes["ran"], bool) and stage.notes["why"]
         if stage.notes["ran"]:
             ran.append(query)
-            fused = result.trace.stage("rrf")
+            fused = result.fusion
             assert fused is not None
             head = fused.output[:5]
             model = rerank_mod.load_reranker(tiny_cross_encoder)

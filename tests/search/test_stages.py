@@ -153,11 +153,25 @@ def test_superseded_item_moves_right_below_its_successor_or_to_the_end() -> None
 
 
 # -- tiers and rejection -------------------------------------------------------------------------
-def test_tiers_and_rejection_need_both_signals_weak() -> None:
-    t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, 0.39, 0.18, "test")
+def test_tiers_and_the_no_answer_flag_need_both_signals_against() -> None:
+    t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, "test")
     assert [t.tier(d) for d in (0.1, 0.3, 0.5, 0.7, None)] == ["high", "medium", "low", "none", "none"]
-    assert t.should_reject(0.30, 0.10)[0] is True
-    assert t.should_reject(0.30, 0.90)[0] is False  # strong keyword signal
-    assert t.should_reject(0.60, 0.10)[0] is False  # strong vector signal
-    none = Thresholds("fp", {}, None, None, "test")
-    assert none.should_reject(0.0, 0.0) == (False, "no rejection levels for this model")
+    flagged, reason, numbers = t.should_reject(0.45, 0.5, ["kubernetes"])
+    assert flagged and "'kubernetes' appear in no stored item" in reason and "0.450 < 0.600" in numbers
+    assert t.should_reject(0.45, 0.20)[0] is False  # the memory knows the query's words
+    assert t.should_reject(0.65, 0.90)[0] is False  # a close match in meaning
+    assert t.should_reject(None, 0.0)[0] is False  # no indexable words: no keyword evidence
+    none = Thresholds("fp", {}, "test")
+    assert none.should_reject(0.0, 1.0) == (False, "", "no tiers for this model")
+
+
+def test_unseen_share_and_the_small_memory_gate() -> None:
+    from nbmemory.search.reject import LARGE_MEMORY, unseen_share
+
+    share, words = unseen_share("Kubernetes on my disk", 10.0, 2.0, ["kubernet", "disk"])
+    assert share == pytest.approx(0.4) and words == ["Kubernetes", "disk"]
+    assert unseen_share("anything", 0.0, 2.0, []) == (0.0, [])
+    t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, "test")
+    assert t.should_reject(0.3, 0.9, ["kubernetes"], items=LARGE_MEMORY)[0] is True
+    flagged, _, numbers = t.should_reject(0.3, 0.9, ["kubernetes"], items=LARGE_MEMORY - 1)
+    assert not flagged and "too few" in numbers

@@ -1,0 +1,92 @@
+"""Search on real notes (tests/data/til: 882 of one developer's notes) with the bundled model:
+a paraphrase and a pasted identifier rank their note first, questions without an answer are
+flagged while answerable ones are not, and results come one per file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbmemory import Memory, PipelineConfig
+from nbmemory.embed.sentence import SentenceTransformerEmbedder
+
+NOTES = Path(__file__).resolve().parents[1] / "data" / "til"
+
+FIRST = {
+    # paraphrase: none of the note's title words
+    "send my prefix keystroke to a multiplexer running inside another one": {
+        "tmux/set-up-forwarding-prefix-for-nested-session.md",
+        "tmux/tmux-in-your-tmux.md",
+    },
+    # pasted identifiers
+    "init.defaultBranch": {"git/set-default-branch-name-for-new-repos.md"},
+    "git push origin +main": {"git/shorthand-to-force-push-a-branch.md"},
+    # ordinary question
+    "how do I tell git bisect to pass over a commit I can't test": {
+        "git/skip-a-bad-commit-when-bisecting.md"
+    },
+}
+ANSWERABLE_ELSEWHERE = [
+    "stop version controlling a file but leave it sitting on my disk",
+    "how can I find the very first commit of a repository",
+    "who changed lines 20 through 40 of this file over the project's history",
+    "find the middle value of a numeric column in sql so outliers don't skew things",
+    "delete a line in vim without clobbering the text I yanked earlier",
+    "pg_terminate_backend",
+]
+NO_ANSWER = [
+    "configure a kubernetes horizontal pod autoscaler based on cpu",
+    "set an expiration ttl on a redis key",
+    "run several python coroutines concurrently with asyncio gather",
+    "how do I lock terraform remote state in s3 with dynamodb",
+]
+
+
+@pytest.fixture(scope="module")
+def notes_memory(
+    tmp_path_factory: pytest.TempPathFactory, real_embedder: SentenceTransformerEmbedder
+) -> Memory:
+    mem = Memory(tmp_path_factory.mktemp("til") / "m.duckdb", embedder=real_embedder)
+    report = mem.index(NOTES)
+    assert report.files_changed == 882 and not report.skipped
+    return mem
+
+
+def _file(source: str | None) -> str:
+    assert source is not None
+    return Path(source).relative_to(NOTES).as_posix()
+
+
+@pytest.mark.parametrize("query", list(FIRST))
+def test_paraphrase_identifier_and_question_rank_their_note_first(notes_memory: Memory, query: str) -> None:
+    result = notes_memory.search(query, k=5, log=False)
+    assert _file(result.hits[0].source) in FIRST[query], result.explain(5)
+
+
+def test_no_answer_questions_are_flagged_and_answerable_ones_are_not(notes_memory: Memory) -> None:
+    for query in NO_ANSWER:
+        result = notes_memory.search(query, k=5, log=False)
+        assert result.rejected and result.reason.startswith("no confident match"), query
+        assert result.hits, "a flagged search still shows its best guesses"
+    for query in [*FIRST, *ANSWERABLE_ELSEWHERE]:
+        result = notes_memory.search(query, k=5, log=False)
+        assert not result.rejected, (query, result.trace.stage("reject"))
+
+
+def test_results_come_one_per_file_with_the_other_chunks_counted(notes_memory: Memory) -> None:
+    query = "list all authors who contributed to a git repository"
+    grouped = notes_memory.search(query, k=10, log=False)
+    files = [_file(h.source) for h in grouped.hits]
+    assert len(files) == len(set(files)) == 10
+    flat = notes_memory.search(query, k=60, log=False, config=PipelineConfig(group=False))
+    assert len({_file(h.source) for h in flat.hits}) < len(flat.hits)  # several chunks of one file
+    by_file: dict[str, list[int]] = {}
+    for hit in flat.hits:
+        by_file.setdefault(_file(hit.source), []).append(hit.id)
+    multi = [h for h in grouped.hits if h.more]
+    assert multi, "a note of several chunks is among the results"
+    for hit in multi:
+        chunks = by_file[_file(hit.source)]
+        assert [hit.id, *hit.more] == chunks[: 1 + len(hit.more)]
+        assert all(_file(notes_memory.get(i, touch=False).source) == _file(hit.source) for i in hit.more)
