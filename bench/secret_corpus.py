@@ -1652,6 +1652,7 @@ def pipeline_score(
     """
     from nbmemory.embed.fake import FakeEmbedder
     from nbmemory.memory import Memory
+    from nbmemory.store import fts
 
     root = Path(folder)
     books = root / "notebooks"
@@ -1668,14 +1669,14 @@ def pipeline_score(
         terms = {
             str(r[0])
             for r in db.fetchall(
-                "SELECT term FROM fts_main_chunks.dict UNION SELECT term FROM fts_delta",
+                f"SELECT term FROM {fts.FTS_SCHEMA}.dict UNION SELECT term FROM fts_delta",
             )
         }
 
         def stems(secret: str) -> set[str]:
             rows = db.fetchall(
                 "SELECT DISTINCT stem(w, 'porter') FROM "
-                "(SELECT unnest(fts_main_chunks.tokenize(?)) AS w) WHERE length(w) >= 8",
+                f"(SELECT unnest({fts.FTS_SCHEMA}.tokenize(?)) AS w) WHERE length(w) >= 8",
                 [secret],
             )
             return {str(r[0]) for r in rows}

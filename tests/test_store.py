@@ -131,15 +131,15 @@ def test_delta_postings_match_what_the_fts_index_builds(fake_mem: Memory) -> Non
     fts.rebuild(fake_mem.db)
     index = set(
         fake_mem.db.fetchall(
-            "SELECT d.name, t.fieldid, dict.term, count(*)::INTEGER FROM fts_main_chunks.terms t "
-            "JOIN fts_main_chunks.docs d USING (docid) JOIN fts_main_chunks.dict dict USING (termid) "
+            f"SELECT d.name, t.fieldid, dict.term, count(*)::INTEGER FROM {fts.FTS_SCHEMA}.terms t "
+            f"JOIN {fts.FTS_SCHEMA}.docs d USING (docid) JOIN {fts.FTS_SCHEMA}.dict dict USING (termid) "
             "WHERE d.name IN (SELECT unnest(?::BIGINT[])) GROUP BY ALL",
             [ids],
         )
     )
     index_lens = dict(
         fake_mem.db.fetchall(
-            "SELECT name, len FROM fts_main_chunks.docs WHERE name IN (SELECT unnest(?::BIGINT[]))", [ids]
+            f"SELECT name, len FROM {fts.FTS_SCHEMA}.docs WHERE name IN (SELECT unnest(?::BIGINT[]))", [ids]
         )
     )
     assert delta == index
@@ -158,7 +158,7 @@ def test_bm25_scores_from_index_tables_match_match_bm25(fake_mem: Memory) -> Non
     # standard BM25 (and ours) uses ln, a constant factor that leaves the ranking unchanged.
     ref = dict(
         fake_mem.db.fetchall(
-            "SELECT id, fts_main_chunks.match_bm25(id, 'rotation keys') AS s FROM chunks WHERE s IS NOT NULL"
+            f"SELECT id, {fts.FTS_SCHEMA}.match_bm25(id, 'rotation keys') AS s FROM chunks WHERE s IS NOT NULL"
         )
     )
     assert ours.keys() == ref.keys()

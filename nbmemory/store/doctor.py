@@ -178,7 +178,7 @@ def run_doctor(
                 [mark],
             )
         )
-        indexed = int(db.scalar("SELECT count(*) FROM fts_main_chunks.docs"))
+        indexed = int(db.scalar(f"SELECT count(*) FROM {fts.FTS_SCHEMA}.docs"))
         add(
             "full-text index",
             uncovered == 0,

@@ -10,8 +10,19 @@ evaluated row by row. So:
   query's terms instead of a per-row macro;
 * the snapshot is rebuilt when the delta grows past a threshold, or at the end of an ``index``.
 
-Digits are kept (the extension's default drops them): ticket numbers, error codes and ports are
-what people search a working memory for. Scores are BM25 (k1 = 1.2, b = 0.75, the fts defaults), with the heading field's term
+Tokens are runs of letters of any script and decimal digits, lower-cased with accents stripped
+(``Müller`` and ``muller`` are one term); digits are kept (the extension's default drops them):
+ticket numbers, error codes and ports are what people search a working memory for. Chinese,
+Japanese and Korean are written without spaces between words, so each run of those characters
+is indexed as its overlapping character bigrams (``机器学习`` -> ``机器 器学 学习``, the scheme of
+Lucene's CJK analyzer). That rewrite is SQL (:func:`prepared`) applied to the text the snapshot
+indexes (the table ``fts_input``, made at each rebuild and dropped after it: ``chunks`` is the
+store of record and stays as written), to delta postings and to queries alike. On ASCII text the
+tokens are exactly the ``[a-z0-9]`` runs of the first tokenizer, so English scores are unchanged.
+A snapshot made by another tokenizer version (``meta.fts_tokenizer``) counts as missing, and the
+next search or open rebuilds it.
+
+Scores are BM25 (k1 = 1.2, b = 0.75, the fts defaults), with the heading field's term
 frequency counted at ``HEADING_WEIGHT`` (a BM25F-style field weight).
 """
 
@@ -22,12 +33,51 @@ from typing import Any
 
 from nbmemory.store.db import Database
 
-FTS_SCHEMA = "fts_main_chunks"
+# The snapshot indexes `fts_input`, so the extension names its schema after that table.
+FTS_INPUT = "fts_input"
+FTS_SCHEMA = f"fts_main_{FTS_INPUT}"
+# Schemas of earlier tokenizer versions, dropped by the first rebuild.
+LEGACY_SCHEMAS = ("fts_main_chunks",)
+#: Recorded in ``meta.fts_tokenizer``; a snapshot of another version is rebuilt. 1 kept [a-z0-9].
+TOKENIZER_VERSION = "2"
+# What separates tokens: anything but letters, combining marks and decimal digits (after
+# lower-casing and accent stripping). On ASCII this keeps the [a-z0-9] runs of version 1.
+TOKEN_IGNORE = r"[^\p{L}\p{M}\p{Nd}]+"
+# Scripts written without spaces between words; their runs are indexed as character bigrams.
+CJK = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}ー]"
 HEADING_WEIGHT = 0.3
 K1 = 1.2
 B = 0.75
 DELTA_REBUILD_MIN = 2000
 DELTA_REBUILD_FRACTION = 0.05
+
+
+def prepared(expr: str) -> str:
+    """SQL for the text the tokenizer reads from the VARCHAR expression ``expr``.
+
+    Text without CJK characters is returned as is. In other text each run of CJK characters
+    is replaced by its overlapping character bigrams (a run of one character stays itself),
+    appended after the rest of the text: BM25 ignores word order, so only the terms matter.
+
+    Parameters
+    ----------
+    expr:
+        A column name or another SQL expression (evaluated up to four times).
+
+    Returns
+    -------
+    str
+        A SQL expression of type VARCHAR.
+    """
+    runs = f"regexp_extract_all({expr}, '{CJK}+')"
+    bigrams = (
+        f"list_transform({runs}, lambda r: CASE WHEN length(r) = 1 THEN [r] "
+        "ELSE list_transform(range(1, length(r)), lambda i: substr(r, i, 2)) END)"
+    )
+    return (
+        f"(CASE WHEN regexp_matches({expr}, '{CJK}') THEN regexp_replace({expr}, '{CJK}+', ' ', 'g') "
+        f"|| ' ' || array_to_string(flatten({bigrams}), ' ') ELSE {expr} END)"
+    )
 
 
 def _state(db: Database) -> tuple[bool, int]:
@@ -36,7 +86,11 @@ def _state(db: Database) -> tuple[bool, int]:
     cached = db.cache.get("fts")
     if isinstance(cached, tuple):
         return cached
-    exists = db.table_exists("dict", schema=FTS_SCHEMA) and db.table_exists("fts_postings")
+    exists = (
+        db.table_exists("dict", schema=FTS_SCHEMA)
+        and db.table_exists("fts_postings")
+        and db.get_meta("fts_tokenizer") == TOKENIZER_VERSION
+    )
     state = (exists, int(db.get_meta("fts_seq", "0") or 0))
     db.cache["fts"] = state
     return state
@@ -60,9 +114,16 @@ def rebuild(db: Database) -> int:
         db.cache.pop(key, None)
     with db.transaction() as con:
         mark = int(con.execute("SELECT coalesce(max(seq), 0) FROM chunks").fetchone()[0])  # type: ignore[index]
+        for schema in LEGACY_SCHEMAS:
+            con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         con.execute(
-            "PRAGMA create_fts_index('chunks', 'id', 'text', 'heading', "
-            "stemmer = 'porter', stopwords = 'english', ignore = '[^a-z0-9]+', overwrite = 1)"
+            f"CREATE OR REPLACE TABLE {FTS_INPUT} AS "
+            f"SELECT id, {prepared('text')} AS text, {prepared('heading')} AS heading FROM chunks"
+        )
+        ignore = TOKEN_IGNORE.replace("'", "''")
+        con.execute(
+            f"PRAGMA create_fts_index('{FTS_INPUT}', 'id', 'text', 'heading', stemmer = 'porter', "
+            f"stopwords = 'english', ignore = '{ignore}', strip_accents = 1, lower = 1, overwrite = 1)"
         )
         # The extension's `terms` table is one row per token occurrence in docid order, so a
         # query scans all of it. This copy has one row per (term, chunk), sorted by term, so
@@ -78,12 +139,15 @@ def rebuild(db: Database) -> int:
             ORDER BY termid, chunk_id
             """
         )
+        # The index tables hold all a search reads; the input was a copy of every chunk's text.
+        con.execute(f"DROP TABLE {FTS_INPUT}")
         con.execute("DELETE FROM fts_delta")
         con.execute("DELETE FROM fts_delta_docs")
-        con.execute(
-            "INSERT INTO meta VALUES ('fts_seq', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [str(mark)],
-        )
+        for key, value in (("fts_seq", str(mark)), ("fts_tokenizer", TOKENIZER_VERSION)):
+            con.execute(
+                "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [key, value],
+            )
     for key in ("fts", "fts_terms", "fts_corpus"):
         db.cache.pop(key, None)
     return mark
@@ -95,7 +159,7 @@ def needs_rebuild(db: Database) -> bool:
     delta = delta_size(db)
     if delta == 0:
         return False
-    total = int(db.scalar("SELECT num_docs FROM fts_main_chunks.stats") or 0)
+    total = int(db.scalar(f"SELECT num_docs FROM {FTS_SCHEMA}.stats") or 0)
     return delta >= max(DELTA_REBUILD_MIN, DELTA_REBUILD_FRACTION * total)
 
 
@@ -125,10 +189,10 @@ def add_delta(db: Database, chunk_ids: list[int]) -> None:
         INSERT INTO fts_delta
         SELECT id, field, stem(w, 'porter') AS term, count(*)::INTEGER AS tf
         FROM (
-            SELECT id, 0::TINYINT AS field, unnest({FTS_SCHEMA}.tokenize(text)) AS w
+            SELECT id, 0::TINYINT AS field, unnest({FTS_SCHEMA}.tokenize({prepared("text")})) AS w
             FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))
             UNION ALL
-            SELECT id, 1::TINYINT, unnest({FTS_SCHEMA}.tokenize(heading))
+            SELECT id, 1::TINYINT, unnest({FTS_SCHEMA}.tokenize({prepared("heading")}))
             FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))
         )
         WHERE w <> '' AND w NOT IN (SELECT sw FROM {FTS_SCHEMA}.stopwords)
@@ -152,7 +216,8 @@ def query_terms(db: Database, query: str) -> list[str]:
     if not index_exists(db):
         return []
     rows = db.fetchall(
-        f"SELECT DISTINCT stem(w, 'porter') FROM (SELECT unnest({FTS_SCHEMA}.tokenize(?)) AS w) "
+        f"SELECT DISTINCT stem(w, 'porter') FROM "
+        f"(SELECT unnest({FTS_SCHEMA}.tokenize({prepared('q')})) AS w FROM (SELECT ?::VARCHAR AS q)) "
         f"WHERE w <> '' AND w NOT IN (SELECT sw FROM {FTS_SCHEMA}.stopwords)",
         [query],
     )
