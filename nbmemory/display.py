@@ -42,8 +42,11 @@ def location_label(
     line_end: int | None = None,
     *,
     short: bool = False,
+    page: int | None = None,
 ) -> str:
     """Where a hit is, for people: ``"deploy.ipynb, cell 4"``, ``"notes/ops.md:12-30"``, ``"(remembered)"``.
+
+    A PDF chunk is named by its page: ``"papers/x.pdf, page 3"``.
 
     Notebook hits name the file only (the cell makes them specific); other paths are shown
     relative to the working folder, or with ``~`` for the home folder; ``short`` keeps only the
@@ -55,6 +58,8 @@ def location_label(
         return f"{Path(source).name}, cell {cell_index}"
     parts = Path(source).parts
     where = "…/" + "/".join(parts[-2:]) if short and len(parts) > 2 else _short_path(source)
+    if page is not None:
+        return f"{where}, page {page}"
     if line_start is not None:
         where += f":{line_start}" + (f"-{line_end}" if line_end and line_end != line_start else "")
     return where
@@ -77,7 +82,9 @@ def location_html(
     short:
         Label with the file and its folder only (the full path is in the tooltip).
     """
-    label = html.escape(location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end, short=short))
+    label = html.escape(
+        location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end, short=short, page=hit.page)
+    )
     if hit.source is None:
         return f"<span class='nbmemory-loc'>{label}</span>"
     attrs = [f"data-nbmemory-path='{html.escape(hit.source, quote=True)}'"]
@@ -87,10 +94,15 @@ def location_html(
         attrs.append(f"data-nbmemory-cell-id='{html.escape(hit.cell_id, quote=True)}'")
     if hit.line_start is not None:
         attrs.append(f"data-nbmemory-line='{int(hit.line_start)}'")
+    if hit.page is not None:
+        attrs.append(f"data-nbmemory-page='{int(hit.page)}'")
     attrs.append(f"title='{html.escape(hit.source, quote=True)}'")
     href = None
     if links is not None:
         href = links.lab_href(hit.source) if widget else links.output_href(hit.source)
+        if href is not None and hit.page is not None:
+            # The URL fragment with which PDF viewers open a given page.
+            href += f"#page={int(hit.page)}"
     if href is not None:
         target = " target='_blank' rel='noopener'" if widget else ""
         return (
@@ -158,7 +170,7 @@ class HitTable:
         if not self.hits:
             return "\n".join([*lines, "  (no results)"])
         for rank, hit in enumerate(self.hits, start=1):
-            where = location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end)
+            where = location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end, page=hit.page)
             lines.append(
                 f"{rank:>3}. [{hit.score:.4f}] #{hit.id} {where}  "
                 f"(bm25 {_rank(hit, 'bm25')}, vector {_rank(hit, 'vector')})"
@@ -202,7 +214,7 @@ class ItemView:
 
     def __repr__(self) -> str:
         it = self.item
-        where = location_label(it.source, it.cell_index, it.line_start, it.line_end)
+        where = location_label(it.source, it.cell_index, it.line_start, it.line_end, page=it.page)
         meta = ", ".join(f"{k}={v}" for k, v in self._fields())
         return "\n".join([f"#{it.id} {where}", f"[{meta}]", *([it.heading] if it.heading else []), it.text])
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 ITEM_COLUMNS = (
-    "id, namespace, kind, source, text, heading, cell_id, cell_index, line_start, line_end, "
+    "id, namespace, kind, source, text, heading, cell_id, cell_index, line_start, line_end, page, "
     "tags, importance, pinned, access_count, retrieval_count, created_at, updated_at, deleted_at"
 )
 
@@ -26,6 +26,7 @@ class Item:
     cell_index: int | None = None
     line_start: int | None = None
     line_end: int | None = None
+    page: int | None = None
     tags: list[str] = field(default_factory=list)
     importance: float = 0.5
     pinned: bool = False
@@ -48,6 +49,7 @@ class Item:
             cell_index,
             ls,
             le,
+            page,
             tags,
             imp,
             pinned,
@@ -68,6 +70,7 @@ class Item:
             cell_index,
             ls,
             le,
+            page,
             list(tags or []),
             float(imp),
             bool(pinned),
@@ -80,15 +83,27 @@ class Item:
 
     @property
     def location(self) -> str:
-        """``path:12-30``, ``notebook.ipynb#cell 4``, or ``(remembered)``."""
-        return location(self.source, self.cell_index, self.line_start, self.line_end)
+        """``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``."""
+        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page)
 
 
-def location(source: str | None, cell_index: int | None, line_start: int | None, line_end: int | None) -> str:
+def location(
+    source: str | None,
+    cell_index: int | None,
+    line_start: int | None,
+    line_end: int | None,
+    page: int | None = None,
+) -> str:
+    """Where a chunk is: ``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``.
+
+    A page is written as a PDF viewer's URL fragment, so the location also works as a link.
+    """
     if source is None:
         return "(remembered)"
     if cell_index is not None:
         return f"{source}#cell {cell_index}"
+    if page is not None:
+        return f"{source}#page={page}"
     if line_start is not None:
         return f"{source}:{line_start}" + (f"-{line_end}" if line_end and line_end != line_start else "")
     return source
@@ -119,6 +134,7 @@ class Hit:
     cell_index: int | None = None
     line_start: int | None = None
     line_end: int | None = None
+    page: int | None = None
     tags: list[str] = field(default_factory=list)
     importance: float = 0.5
     updated_at: datetime | None = None
@@ -135,7 +151,7 @@ class Hit:
 
     @property
     def location(self) -> str:
-        return location(self.source, self.cell_index, self.line_start, self.line_end)
+        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -1,9 +1,10 @@
 """Entry points of chunking: which files are ingested, decoding, dispatch by kind.
 
 ``chunk_file(path, data)`` decodes the bytes strictly as UTF-8 and hands the text to
-the chunker for the file's kind: `chunk_markdown`, `chunk_notebook`, `chunk_code` or
-`chunk_plain`.  Every chunk's text is at most ``max_chars`` characters, is never
-empty, and has no trailing whitespace on its lines.
+the chunker for the file's kind: `chunk_markdown`, `chunk_notebook`, `chunk_code`,
+`chunk_plain` or `chunk_html`; PDF and DOCX go as bytes to `chunk_pdf` and `chunk_docx`.
+Every chunk's text is at most ``max_chars`` characters, is never empty, and has no
+trailing whitespace on its lines.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ import os
 
 from nbmemory.errors import BadFileError, ConfigError
 from nbmemory.ingest.code import chunk_code
+from nbmemory.ingest.docx import chunk_docx
+from nbmemory.ingest.html import chunk_html, declared_charset
 from nbmemory.ingest.markdown import chunk_markdown
 from nbmemory.ingest.notebook import chunk_notebook
+from nbmemory.ingest.pdf import chunk_pdf
 from nbmemory.ingest.text import chunk_plain
 from nbmemory.ingest.types import ChunkDraft
 from nbmemory.search.filters import KINDS
 
 __all__ = [
+    "BINARY_KINDS",
     "EXTENSIONS",
     "FILE_KINDS",
     "KINDS",
@@ -76,13 +81,19 @@ _CODE = (
     ".yml",
 )
 _TEXT = (".txt", ".rst", ".org", ".log", ".tex")
+_HTML = (".html", ".htm", ".xhtml")
 
 EXTENSIONS: dict[str, str] = {
     **dict.fromkeys(_MARKDOWN, "markdown"),
     **dict.fromkeys(_NOTEBOOK, "notebook"),
     **dict.fromkeys(_CODE, "code"),
     **dict.fromkeys(_TEXT, "text"),
+    **dict.fromkeys(_HTML, "html"),
+    ".pdf": "pdf",
+    ".docx": "docx",
 }
+# Kinds read from the file's bytes by their library, never decoded as text.
+BINARY_KINDS = frozenset({"pdf", "docx"})
 # The kinds a file can have: those of KINDS but "memory" (remembered items have no file).
 FILE_KINDS = frozenset(EXTENSIONS.values())
 
@@ -106,8 +117,8 @@ def kind_of(path: str) -> str | None:
     Returns
     -------
     str or None
-        ``"markdown"``, ``"notebook"``, ``"code"`` or ``"text"``; None when files
-        of this type are not ingested.
+        ``"markdown"``, ``"notebook"``, ``"code"``, ``"text"``, ``"html"``, ``"pdf"`` or
+        ``"docx"``; None when files of this type are not ingested.
     """
     ext = os.path.splitext(path)[1].lower()
     return EXTENSIONS.get(ext)
@@ -166,7 +177,8 @@ def chunk_text(path: str, text: str, kind: str, max_chars: int = MAX_CHARS) -> l
     text:
         Decoded text; a leading BOM and CRLF line ends are normalized here too.
     kind:
-        ``"markdown"``, ``"notebook"``, ``"code"`` or ``"text"``.
+        ``"markdown"``, ``"notebook"``, ``"code"``, ``"text"`` or ``"html"`` (PDF and DOCX
+        are read from bytes: see `chunk_file`).
     max_chars:
         Size cap of each chunk's text (at least 1).
 
@@ -178,7 +190,7 @@ def chunk_text(path: str, text: str, kind: str, max_chars: int = MAX_CHARS) -> l
     Raises
     ------
     ConfigError
-        Unknown ``kind`` or ``max_chars`` below 1.
+        Unknown or binary ``kind``, or ``max_chars`` below 1.
     BadFileError
         A notebook that is not valid notebook JSON.
     """
@@ -195,6 +207,10 @@ def chunk_text(path: str, text: str, kind: str, max_chars: int = MAX_CHARS) -> l
         return chunk_code(path, text, max_chars)
     if kind == "text":
         return chunk_plain(text, max_chars, heading=os.path.basename(path))
+    if kind == "html":
+        return chunk_html(text, max_chars)
+    if kind in BINARY_KINDS:
+        raise ConfigError(f"{kind} files are read from their bytes: use chunk_file, not chunk_text")
     raise ConfigError(f"unknown chunk kind {kind!r}; use one of {', '.join(sorted(FILE_KINDS))}")
 
 
@@ -218,10 +234,35 @@ def chunk_file(path: str, data: bytes, max_chars: int = MAX_CHARS) -> list[Chunk
     Raises
     ------
     BadFileError
-        Unsupported extension, binary or non-UTF-8 content, or a malformed notebook.
+        Unsupported extension, binary or non-UTF-8 content, a malformed notebook, or a
+        document its library cannot read (encrypted, corrupt, no text layer).
     """
     kind = kind_of(path)
     if kind is None:
         ext = os.path.splitext(path)[1].lower() or "(no extension)"
         raise BadFileError(path, f"unsupported file type {ext}; supported: {' '.join(EXTENSIONS)}")
+    if max_chars < 1:
+        raise ConfigError(f"max_chars must be at least 1, got {max_chars}")
+    if kind == "pdf":
+        return chunk_pdf(path, data, max_chars)
+    if kind == "docx":
+        return chunk_docx(path, data, max_chars)
+    if kind == "html":
+        return chunk_text(path, _decode_html(path, data), kind, max_chars)
     return chunk_text(path, decode(path, data), kind, max_chars)
+
+
+def _decode_html(path: str, data: bytes) -> str:
+    """HTML as UTF-8, else in the charset its ``<meta charset>`` declares."""
+    try:
+        return decode(path, data)
+    except BadFileError:
+        charset = declared_charset(data)
+        if charset is None or charset == "utf-8":
+            raise
+        try:
+            return data.decode(charset).replace("\r\n", "\n")
+        except UnicodeDecodeError as exc:
+            raise BadFileError(
+                path, f"not valid {charset} (byte at offset {exc.start}), the charset it declares"
+            ) from None

@@ -30,7 +30,8 @@ from nbmemory.store.db import Database, utcnow
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
 
-SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", ".ipynb_checkpoints"}
+# Generated HTML is skipped too: coverage reports (htmlcov) and Sphinx/Jupyter Book builds (_build).
+SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", ".ipynb_checkpoints", "htmlcov", "_build"}
 BATCH_CHUNKS = 512
 
 
@@ -325,6 +326,7 @@ class Indexer:
                     cell_index=draft.cell_index,
                     line_start=draft.line_start,
                     line_end=draft.line_end,
+                    page=draft.page,
                     tags=tags,
                 )
             )

@@ -18,11 +18,14 @@ class ChunkDraft:
         a notebook's nearest markdown heading, or a code definition's qualified name.
         Indexed at lower weight and prepended for embedding.
     kind:
-        "markdown", "code", "notebook-markdown", "notebook-code", "notebook-output", "text".
+        "markdown", "code", "notebook-markdown", "notebook-code", "notebook-output", "text",
+        "pdf", "docx", "html".
     line_start, line_end:
-        1-based inclusive line range in the source file (None for notebooks).
+        1-based inclusive line range in the source file (None for notebooks, PDF and DOCX).
     cell_id, cell_index:
         For notebooks: nbformat cell id (may be None for old notebooks) and 0-based index.
+    page:
+        For PDF: the 1-based page the chunk is on.
     """
 
     text: str
@@ -32,4 +35,5 @@ class ChunkDraft:
     line_end: int | None = None
     cell_id: str | None = None
     cell_index: int | None = None
+    page: int | None = None
     meta: dict[str, str] = field(default_factory=dict)

@@ -736,6 +736,7 @@ class SearchPipeline:
                     cell_index=row.cell_index,
                     line_start=row.line_start,
                     line_end=row.line_end,
+                    page=row.page,
                     tags=list(row.tags or []),
                     importance=float(row.importance),
                     updated_at=row.updated_at,

@@ -24,6 +24,7 @@ class HitRow:
     cell_index: int | None
     line_start: int | None
     line_end: int | None
+    page: int | None
     tags: list[str] | None
     importance: float
     updated_at: datetime

@@ -37,6 +37,7 @@ class NewChunk:
     cell_index: int | None = None
     line_start: int | None = None
     line_end: int | None = None
+    page: int | None = None
     tags: list[str] = field(default_factory=list)
     importance: float = 0.5
 
@@ -72,6 +73,7 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
         "cell_index": [r.cell_index for r in rows],
         "line_start": [r.line_start for r in rows],
         "line_end": [r.line_end for r in rows],
+        "page": [r.page for r in rows],
         "content_hash": [r.hash for r in rows],
         "tags": [list(r.tags) for r in rows],
         "importance": [float(r.importance) for r in rows],
@@ -93,6 +95,7 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
                 ("cell_index", pa.int32()),
                 ("line_start", pa.int32()),
                 ("line_end", pa.int32()),
+                ("page", pa.int32()),
                 ("content_hash", pa.string()),
                 ("tags", pa.list_(pa.string())),
                 ("importance", pa.float64()),
@@ -105,10 +108,10 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
         table,
         """
         INSERT INTO chunks (id, doc_id, namespace, kind, source, ordinal, text, heading,
-            cell_id, cell_index, line_start, line_end, content_hash, tags, importance,
+            cell_id, cell_index, line_start, line_end, page, content_hash, tags, importance,
             created_at, updated_at, seq)
         SELECT id, doc_id, namespace, kind, source, ordinal, text, heading, cell_id,
-            cell_index, line_start, line_end, content_hash, tags, importance, ?, ?, seq
+            cell_index, line_start, line_end, page, content_hash, tags, importance, ?, ?, seq
         FROM _nbm_new_chunks
         """,
         [now, now],
@@ -160,7 +163,7 @@ def write_documents(
 
 
 def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
-    """Move kept chunks to their new place in the file (ordinal, cell, line range)."""
+    """Move kept chunks to their new place in the file (ordinal, cell, line range, page)."""
     if not keep:
         return
     import pyarrow as pa
@@ -173,13 +176,15 @@ def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
             "cell_index": pa.array([r.cell_index for _, r in keep], pa.int32()),
             "line_start": pa.array([r.line_start for _, r in keep], pa.int32()),
             "line_end": pa.array([r.line_end for _, r in keep], pa.int32()),
+            "page": pa.array([r.page for _, r in keep], pa.int32()),
         }
     )
     db.with_arrow(
         "_nbm_pos",
         table,
         "UPDATE chunks SET ordinal = t.ordinal, cell_id = t.cell_id, cell_index = t.cell_index, "
-        "line_start = t.line_start, line_end = t.line_end FROM _nbm_pos t WHERE chunks.id = t.id",
+        "line_start = t.line_start, line_end = t.line_end, page = t.page FROM _nbm_pos t "
+        "WHERE chunks.id = t.id",
     )
 
 

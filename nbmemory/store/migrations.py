@@ -112,10 +112,16 @@ def m003_model_versions(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m004_chunk_page(con: duckdb.DuckDBPyConnection) -> None:
+    # A PDF chunk's location is its page (1-based), shown as ``file.pdf#page=3``.
+    con.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS page INTEGER")
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_create_tables", m001_create_tables),
     (2, "m002_request_keys", m002_request_keys),
     (3, "m003_model_versions", m003_model_versions),
+    (4, "m004_chunk_page", m004_chunk_page),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

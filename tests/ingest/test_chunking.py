@@ -144,7 +144,9 @@ def test_chunk_file_unsupported_extension() -> None:
 
 
 def test_chunk_text_rejects_unknown_kind_and_bad_cap() -> None:
-    with pytest.raises(ConfigError, match="unknown chunk kind 'pdf'"):
+    with pytest.raises(ConfigError, match="unknown chunk kind 'csv'"):
+        chunk_text("a.csv", "x", "csv")
+    with pytest.raises(ConfigError, match="pdf files are read from their bytes: use chunk_file"):
         chunk_text("a.pdf", "x", "pdf")
     with pytest.raises(ConfigError, match="max_chars"):
         chunk_text("a.md", "x", "markdown", max_chars=0)
