@@ -15,6 +15,7 @@ from typing import Any
 
 from nbmemory.errors import NbMemoryError
 from nbmemory.frontend import (
+    CHUNKS,
     RETRIEVERS,
     TUNE_OPTIONS,
     Option,
@@ -97,10 +98,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     JSON,
     Option("--explain", action="store_true", help="show the ranking trace, stage by stage"),
     RETRIEVERS,
+    CHUNKS,
 )
 def cmd_search(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
-        config = pipeline_config(args.retrievers, mem.settings.rrf_k) if args.retrievers else None
+        config = pipeline_config(args.retrievers, mem.settings.rrf_k, args.chunks)
         result = mem.search(args.query, k=args.k, config=config, **search_filters(vars(args)))
     if args.json:
         payload: dict[str, Any] = {

@@ -6,6 +6,10 @@ import json
 import time
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nbmemory.search.pipeline import SearchResult
 
 SAMPLE_CORPUS = Path(str(files("nbmemory") / "sample_corpus"))
 
@@ -13,6 +17,15 @@ SAMPLE_CORPUS = Path(str(files("nbmemory") / "sample_corpus"))
 def demo_queries() -> list[dict[str, str]]:
     path = SAMPLE_CORPUS / "DEMO_QUERIES.json"
     return list(json.loads(path.read_text(encoding="utf-8")))
+
+
+def target_rank(result: SearchResult, target: str) -> int | None:
+    """The rank of the first hit from ``target`` (a path under the sample corpus), or None."""
+    wanted = (SAMPLE_CORPUS / target).resolve()
+    for rank, hit in enumerate(result.hits, start=1):
+        if hit.source is not None and Path(hit.source).resolve() == wanted:
+            return rank
+    return None
 
 
 def run_demo(
@@ -35,12 +48,18 @@ def run_demo(
         for skipped, reason in report.skipped:
             print(f"   skipped {skipped}: {reason}")
         print("   " + report.summary().replace("\n", "\n   "))
-        for entry in demo_queries():
+        found = 0
+        queries = demo_queries()
+        for entry in queries:
             print(f"\n== search: {entry['query']!r}")
             print(f"   ({entry.get('why', '')})")
             result = mem.search(entry["query"], k=5, namespace="demo")
             print_hits(result)
-            print(f"   {result.trace.total_ms:.1f} ms")
+            rank = target_rank(result, entry["target"])
+            found += rank is not None and rank <= 3
+            verdict = f"found at rank {rank}" if rank is not None else "not in the top 5"
+            print(f"   target {entry['target']}: {verdict}; {result.trace.total_ms:.1f} ms")
+        print(f"\n== {found} of {len(queries)} queries found their target in the top 3")
         print("\n== remember, then search at once")
         item = mem.remember(
             "The demo printer on floor 3 only accepts jobs over the guest Wi-Fi.",

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from nbmemory.tune.run import TuneOptions
 
 __all__ = [
+    "CHUNKS",
     "RETRIEVERS",
     "TUNE_OPTIONS",
     "Option",
@@ -131,6 +132,9 @@ def filter_options(namespace_default: str = "all") -> tuple[Option, ...]:
 
 
 RETRIEVERS = Option("--retrievers", help="bm25, vector or bm25,vector (default: both)")
+CHUNKS = Option(
+    "--chunks", action="store_true", help="list every matching chunk (default: one result per file)"
+)
 
 
 def search_filters(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,27 +155,43 @@ def search_filters(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def pipeline_config(retrievers: str, rrf_k: int) -> PipelineConfig:
-    """The pipeline that ``--retrievers bm25,vector`` asks for (a comma-separated list)."""
+def pipeline_config(retrievers: str | None, rrf_k: int, chunks: bool = False) -> PipelineConfig | None:
+    """The pipeline that ``--retrievers bm25,vector`` (a comma-separated list) and ``--chunks``
+    ask for; None for the default one."""
+    from nbmemory.search.pipeline import RETRIEVERS as ALL
     from nbmemory.search.pipeline import PipelineConfig
 
-    names = tuple(r.strip() for r in retrievers.split(",") if r.strip())
-    return PipelineConfig(retrievers=names, rrf_k=rrf_k)
+    if not retrievers and not chunks:
+        return None
+    names = tuple(r.strip() for r in (retrievers or ",".join(ALL)).split(",") if r.strip())
+    return PipelineConfig(retrievers=names, rrf_k=rrf_k, group=not chunks)
 
 
 def print_hits(result: SearchResult, out: Any = None) -> None:
-    """Print ranked hits as text, with the rank each retriever gave."""
+    """Print ranked hits as text, with the rank each retriever gave.
+
+    A flagged search says so first, then shows its closest items; other chunks of a file are
+    counted under its best one; the first hit no retriever supports starts "weaker matches".
+    """
     out = out or sys.stdout
+    if result.rejected:
+        print(f"  {result.reason}; the closest items:", file=out)
     if not result.hits:
-        print(f"  (no results: {result.reason})" if result.rejected else "  (no results)", file=out)
+        print("  (no results)", file=out)
         return
+    weak_shown = False
     for rank, hit in enumerate(result.hits, start=1):
+        if hit.weak and not weak_shown and not result.rejected:
+            print("  -- weaker matches (no retriever supports them) --", file=out)
+            weak_shown = True
         tier = f" {hit.tier}" if hit.tier != "none" else ""
         print(f"{rank:>3}. [{hit.score:.4f}{tier}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)
         if hit.heading:
             print(f"     {hit.heading}", file=out)
         for line in textwrap.wrap(hit.snippet, width=96)[:3]:
             print(f"     {line}", file=out)
+        if hit.more:
+            print(f"     +{len(hit.more)} more in this file", file=out)
 
 
 def _ranks(hit: Any) -> str:

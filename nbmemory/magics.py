@@ -32,6 +32,7 @@ from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, v
 
 from nbmemory.errors import NbMemoryError
 from nbmemory.frontend import (
+    CHUNKS,
     RETRIEVERS,
     TUNE_OPTIONS,
     filter_options,
@@ -357,7 +358,7 @@ class MemoryMagics(Magics):
     @argument("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
     @_filter_arguments
     @argument_group("output")
-    @magic_options(RETRIEVERS)
+    @magic_options(RETRIEVERS, CHUNKS)
     @argument("--explain", action="store_true", help="also show the ranking trace, stage by stage")
     @argument("--json", action="store_true", help="print the hits as JSON instead of a table")
     @output_can_be_silenced
@@ -377,9 +378,7 @@ class MemoryMagics(Magics):
         args = _parse(self.memsearch, _without_semicolon(line))
         query = _words(args.query, "query", "%memsearch token rotation -k 5")
         with _as_usage_errors():
-            config = None
-            if args.retrievers:
-                config = pipeline_config(args.retrievers, self.memory.settings.rrf_k)
+            config = pipeline_config(args.retrievers, self.memory.settings.rrf_k, args.chunks)
             result = self.memory.search(query, k=_k(args.k, self.top_k), config=config, **self._filters(args))
         self.last_result = result
         if args.json:
@@ -395,7 +394,7 @@ class MemoryMagics(Magics):
         else:
             title = f"{len(result.hits)} hit(s) for {query!r}"
             if result.rejected:
-                title = f"no answer for {query!r}: {result.reason}"
+                title = f"{result.reason} for {query!r}; the closest items:"
             display(self._hit_table(result, title))
             if args.explain or self.explain:
                 from nbmemory.display import TextBlock
@@ -461,7 +460,10 @@ class MemoryMagics(Magics):
 
         with _as_usage_errors():
             result = self.memory.search(query, k=_k(args.k, self.top_k), **self._filters(args))
-        return build_context(result.hits, budget, query=query)
+        # Nothing confident to put in a prompt: an empty block that says why.
+        return build_context(
+            [] if result.rejected else result.hits, budget, query=query, no_answer=result.reason
+        )
 
     # -- writing ----------------------------------------------------------------------------
     @magic_arguments()

@@ -213,13 +213,14 @@ class ContextBlock:
     tokens: int
     included: list[Kept] = field(default_factory=list)
     excluded: list[Left] = field(default_factory=list)
+    no_answer: str = ""
 
     def __str__(self) -> str:
         return self.text
 
     def report(self) -> str:
         """One line per hit left out: its id, source and the reason."""
-        lines = []
+        lines = [f"empty: {self.no_answer}"] if self.no_answer and not self.text else []
         for left in self.excluded:
             why = left.reason
             if left.findings:
@@ -287,6 +288,7 @@ def build_context(
     query: str = "",
     count_tokens: Callable[[str], int] = estimate_tokens,
     min_piece_tokens: int = 40,
+    no_answer: str = "",
 ) -> ContextBlock:
     """Best hits within a token budget, each under a line naming its source; injections kept out.
 
@@ -306,6 +308,9 @@ def build_context(
         Token counter; default :func:`estimate_tokens` (``ceil(chars / 4)``).
     min_piece_tokens:
         Smallest cut of a long hit worth including.
+    no_answer:
+        Why the search was flagged "no confident answer"; with no ``hits``, the block is empty
+        and says so in :meth:`ContextBlock.report`.
 
     Returns
     -------
@@ -313,6 +318,9 @@ def build_context(
     """
     if budget <= 0:
         raise ConfigError(f"budget must be greater than 0 tokens, got {budget}")
+    if no_answer and not hits:
+        # The search was flagged "no confident answer": nothing goes into the prompt.
+        return ContextBlock(query=query, budget=budget, text="", tokens=0, no_answer=no_answer)
     header = f"Relevant notes from memory for: {query}" if query else "Relevant notes from memory"
     parts = [header]
     used = count_tokens(header)

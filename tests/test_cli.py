@@ -67,7 +67,7 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     assert set(top["ranks"]) == {"bm25", "vector"}
 
     out = run("search", "vpn deploys", "--explain", home=home)
-    assert "[bm25]" in out.stdout and "[vector]" in out.stdout and "[rrf]" in out.stdout
+    assert "[bm25]" in out.stdout and "[vector]" in out.stdout and "[convex]" in out.stdout
 
     assert run("forget", str(item_id), home=home).returncode == 0
     out = run("search", "staging subnet", "--json", home=home)

@@ -226,7 +226,7 @@ def test_explain_and_json(ip: InteractiveShell, fake_mem: Memory, capsys: pytest
     fake_mem.remember("Token rotation happens every 90 days")
     with capture_output() as cap:
         ip.run_line_magic("memsearch", '"token rotation" --explain')
-    assert "[bm25]" in outputs(cap, "text/plain") and "[rrf]" in outputs(cap, "text/plain")
+    assert "[bm25]" in outputs(cap, "text/plain") and "[convex]" in outputs(cap, "text/plain")
     ip.run_line_magic("memsearch", "token rotation --json --explain")
     payload = json.loads(capsys.readouterr().out)
     assert payload["hits"][0]["text"] == "Token rotation happens every 90 days"
@@ -283,7 +283,7 @@ def test_memsearch_finds_a_paraphrase_with_the_real_model(
         ("memsearch", "vpn -k 0", "k must be greater than 0"),
         ("memsearch", "vpn -k many", "invalid int value"),
         ("memsearch", "vpn --since yesterday", "use an ISO date"),
-        ("memsearch", "vpn --kind pdf", "invalid choice"),
+        ("memsearch", "vpn --kind csv", "invalid choice"),
         ("memsearch", "vpn --retrievers bm99", "not one of"),
         ("memsearch", 'vpn "unclosed', "close the quote"),
         ("memget", "999", "no item with id 999"),
@@ -653,7 +653,7 @@ def test_demo_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Monke
     search = cell_outputs("hits = %memsearch", "text/html")
     assert "deploy-staging.md" in search
     assert "&lt;script&gt;" in search and "<script>alert" not in search and "<img src=x" not in search
-    assert "[rrf]" in cell_outputs("--explain", "text/plain")
+    assert "[convex]" in cell_outputs("--explain", "text/plain")
     context = cell_outputs("ctx = %memcontext", "text/plain")
     assert "possible prompt injection" in context and "paste the prod keys" not in context.split("--")[0]
     own = cell_outputs("%memindex\n", "text/html")

@@ -141,7 +141,7 @@ def test_pin_and_raise_importance_buttons(explorer: MemoryExplorer, filled: Memo
 
 def test_explain_panel_and_chart(explorer: MemoryExplorer) -> None:
     explorer.query = "vpn"
-    assert "[bm25]" in explorer.explain_html.value and "[rrf]" in explorer.explain_html.value
+    assert "[bm25]" in explorer.explain_html.value and "[convex]" in explorer.explain_html.value
     assert isinstance(explorer.chart, alt.Chart)
     assert explorer.chart.to_dict()["encoding"]["x"]["field"] == "bm25_rank"
     assert "image/svg+xml" in explorer.chart_out.outputs[0]["data"]

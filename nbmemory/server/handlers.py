@@ -23,7 +23,8 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from nbmemory.errors import NbMemoryError, NotFoundError
-from nbmemory.frontend import filter_options, local_memory, search_filters, to_jsonable
+from nbmemory.frontend import filter_options, local_memory, pipeline_config, search_filters, to_jsonable
+from nbmemory.search.pipeline import PipelineConfig
 from nbmemory.server.state import ServerState
 
 MAX_K = 200
@@ -227,7 +228,11 @@ def _item_dict(item: Any, root: Path) -> dict[str, Any]:
 
 
 class SearchHandler(MemoryHandler):
-    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&explain=1``."""
+    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&explain=1&chunks=1``.
+
+    Results come one per file (``more``: the file's other chunks) unless ``chunks=1``;
+    ``rejected``/``reason`` flag a search with no confident answer (its hits are kept).
+    """
 
     @tornado.web.authenticated
     async def get(self) -> None:
@@ -237,13 +242,18 @@ class SearchHandler(MemoryHandler):
         k = self.int_arg("k", self.get_query_argument("k", None), 10)
         kwargs = self.search_filters()
         explain = self.get_query_argument("explain", "0").lower() in ("1", "true", "yes")
+        chunks = self.get_query_argument("chunks", "0").lower() in ("1", "true", "yes")
         started = time.perf_counter()
+        if chunks:
+            kwargs["config"] = pipeline_config(None, PipelineConfig().rrf_k, chunks=True)
         result = await self.call(lambda mem: mem.search(query, k, **kwargs))
         data: dict[str, Any] = {
             "query": query,
             "k": k,
             "ms": round((time.perf_counter() - started) * 1000, 1),
             "hits": self.hits(result.hits),
+            "rejected": result.rejected,
+            "reason": result.reason,
         }
         if explain:
             data["trace"] = result.trace.to_dict()
@@ -449,7 +459,11 @@ class IndexHandler(MemoryHandler):
         for folder in (r for r in resolved if r.is_dir()):
             link = await IOLoop.current().run_in_executor(state.executor, _link_out, folder, state.root_dir)
             if link is not None:
-                shown = link.relative_to(state.root_dir).as_posix() if state.root_dir in link.parents else link.name
+                shown = (
+                    link.relative_to(state.root_dir).as_posix()
+                    if state.root_dir in link.parents
+                    else link.name
+                )
                 raise _fail(
                     403,
                     f"{shown} links to a file outside the server root: remove the link, or index the "

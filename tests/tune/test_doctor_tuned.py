@@ -52,7 +52,12 @@ def test_doctor_repair_keeps_the_active_tuned_version(tmp_path: Path) -> None:
         assert tuned.fingerprint != base_fingerprint
         with mem.db.transaction():
             versions.record(
-                mem.db, "v1", str(folder), status="adopted", base_model=mem.settings.model, fingerprint=tuned.fingerprint
+                mem.db,
+                "v1",
+                str(folder),
+                status="adopted",
+                base_model=mem.settings.model,
+                fingerprint=tuned.fingerprint,
             )
         assert mem.use_model("v1") == len(NOTES)
         assert mem.db.get_meta("model_fingerprint") == tuned.fingerprint
