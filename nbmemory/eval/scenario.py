@@ -16,7 +16,8 @@ Query kinds and how they are scored (``k`` = 10 results):
 * ``paraphrase``: the fact asked about in other words;
 * ``procedure``: "how do I ..." for a runbook;
 * ``multi-topic``: two questions in one; **coverage** is the share of its topics in the top 5;
-* ``miss``: nothing in the memory answers it; correct only when the result is **empty**;
+* ``miss``: nothing in the memory answers it; correct only when the result is flagged "no
+  confident match" (``SearchResult.rejected``, hits kept) or empty (Miss-Empty counts both);
 * ``updated``: a fact that changed (a service's staging host, alert channel, on-call owner,
   pinned version, deploy window): an old note (200-400 days old) and a current one (1-60
   days old) written with the same templates; only the current one counts as an answer. For
@@ -614,6 +615,7 @@ class QueryOutcome:
     top_vector_sim: float | None = None
     top_bm25_score: float | None = None
     lexical_evidence: float | None = None
+    flagged: bool = False
 
     @property
     def first_rank(self) -> int | None:
@@ -654,7 +656,7 @@ def score(outcomes: Sequence[QueryOutcome]) -> list[dict[str, Any]]:
             row["coverage@5"] = covered / slots
             row["coverage@5_ci"] = wilson(covered, slots)
         if kind == "miss":
-            empty = sum(1 for o in group if not o.topics)
+            empty = sum(1 for o in group if o.flagged or not o.topics)
             row["miss_empty"] = empty / n
             row["miss_empty_ci"] = wilson(empty, n)
         rows.append(row)
@@ -704,7 +706,7 @@ class ScenarioResult:
                 "query_id": o.query_id,
                 "kind": o.kind,
                 "first_rank": o.first_rank,
-                "empty": not o.topics,
+                "empty": o.flagged or not o.topics,
                 "covered@5": o.covered(5),
                 "targets": len(o.targets),
                 "top_vector_sim": o.top_vector_sim,
@@ -849,6 +851,7 @@ def evaluate_scenario(
                             top_vector_sim=max(vector.scores.values()) if vector and vector.scores else None,
                             top_bm25_score=max(bm25.scores.values()) if bm25 and bm25.scores else None,
                             lexical_evidence=evidence,
+                            flagged=found.rejected,
                         )
                     )
                 outcomes[name] = results

@@ -416,13 +416,9 @@ class SearchPipeline:
         return self._rrf(query.text, found, k, trace)
 
     def _pool_depth(self, k: int) -> int:
-        # Later stages reorder, drop and group: they work on a pool deeper than k.
-        return max(
-            k + 20,
-            2 * k,
-            self.config.rerank_depth if self.config.reranker else 0,
-            4 * k if self.config.group else 0,
-        )
+        # Later stages reorder, drop and group: they work on a pool deeper than k (notes average
+        # 1.2 chunks, so twice k still fills k groups; a deeper pool costs dedup quadratically).
+        return max(k + 20, 2 * k, self.config.rerank_depth if self.config.reranker else 0)
 
     def _convex(
         self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace
