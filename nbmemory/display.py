@@ -117,9 +117,27 @@ def _rank(hit: Hit, name: str) -> str:
     return str(rank) if rank is not None else "–"
 
 
+def more_label(hit: Hit) -> str:
+    """``+2 more in this file`` for a grouped hit (notebooks: cells), else empty."""
+    if not hit.more:
+        return ""
+    unit = (
+        "cells"
+        if hit.cell_index is not None and len(hit.more) > 1
+        else "cell"
+        if hit.cell_index is not None
+        else ""
+    )
+    return f"+{len(hit.more)} more {unit + ' ' if unit else ''}in this file"
+
+
 def hit_row_html(hit: Hit, position: int, links: Links | None = None) -> str:
     """One ``<tr>`` for a hit: rank, score, retriever ranks, location, expandable text."""
     meta = [hit.kind, hit.namespace] + [f"#{t}" for t in hit.tags]
+    if hit.more:
+        meta.append(more_label(hit))
+    if hit.weak:
+        meta.append("weaker match")
     heading = f"<div><b>{html.escape(hit.heading)}</b></div>" if hit.heading else ""
     body = (
         f"<details><summary>{html.escape(hit.snippet)}</summary>"
@@ -158,7 +176,13 @@ class HitTable:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         if not self.hits:
             return f"<div class='nbmemory-hits'>{head}<div><i>no results</i></div></div>"
-        rows = "".join(hit_row_html(h, i, self.links) for i, h in enumerate(self.hits, start=1))
+        rows = ""
+        for i, h in enumerate(self.hits, start=1):
+            if h.weak and not any(x.weak for x in self.hits[: i - 1]):
+                rows += (
+                    f"<tr><td colspan='6' {_TD}><i>weaker matches (no retriever supports them)</i></td></tr>"
+                )
+            rows += hit_row_html(h, i, self.links)
         return (
             f"<div class='nbmemory-hits'>{head}<table>"
             "<thead><tr><th>#</th><th>score</th><th>bm25</th><th>vector</th>"
@@ -178,6 +202,8 @@ class HitTable:
             if hit.heading:
                 lines.append(f"     {hit.heading}")
             lines += [f"     {line}" for line in textwrap.wrap(hit.snippet, width=96)[:3]]
+            if hit.more:
+                lines.append(f"     {more_label(hit)}")
         return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 from traitlets import Any as AnyTrait
 from traitlets import CaselessStrEnum, Float, Instance, Integer, List, Unicode, observe
 
-from nbmemory.display import location_html
+from nbmemory.display import location_html, more_label
 from nbmemory.errors import NbMemoryError
 from nbmemory.items import Hit
 from nbmemory.notebook_context import Links
@@ -99,7 +99,9 @@ class ResultRow(widgets.VBox):
             f"<b>{self.position}.</b> score <b>{hit.score:.4f}</b> <small>({ranks})</small> · "
             f"{location_html(hit, self.explorer.links, widget=True, short=True)}<br>"
             f"<small>{html.escape(hit.kind)} · {html.escape(hit.namespace)} · "
-            f"importance {hit.importance:.1f} · #{int(hit.id)}</small>{tags}"
+            f"importance {hit.importance:.1f} · #{int(hit.id)}"
+            f"{' · ' + html.escape(more_label(hit)) if hit.more else ''}"
+            f"{' · weaker match' if hit.weak else ''}</small>{tags}"
         )
 
 
