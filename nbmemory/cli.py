@@ -378,6 +378,36 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+@command(
+    "mcp",
+    "run an MCP server (stdio, or --http PORT) so agents can search, read and write this memory",
+    Option(
+        "--http",
+        type=int,
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio",
+    ),
+    Option(
+        "--namespace", "--ns", help="confine the server to this namespace: it reads and writes nothing else"
+    ),
+    Option("--read-only", action="store_true", help="refuse remember, forget and index"),
+    Option(
+        "--root",
+        action="append",
+        metavar="DIR",
+        help="a folder the index tool may read (repeatable); without one, index is refused",
+    ),
+)
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from nbmemory.mcp_server import Policy, serve
+
+    policy = Policy.create(namespace=args.namespace, read_only=args.read_only, roots=args.root or ())
+    # No progress bars: an agent's client logs stderr, it does not show it.
+    quiet = argparse.Namespace(**{**vars(args), "quiet": True})
+    serve(lambda: _memory(quiet), policy, http_port=args.http)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``nbmemory``: every registered command, then ``nbmemory eval``."""
     parser = argparse.ArgumentParser(prog="nbmemory", description=DESCRIPTION)
