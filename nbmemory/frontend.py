@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbmemory.errors import NbMemoryError
@@ -33,6 +34,7 @@ __all__ = [
     "TUNE_OPTIONS",
     "Option",
     "filter_options",
+    "link_outside",
     "local_memory",
     "magic_options",
     "owned_memory",
@@ -158,11 +160,12 @@ def search_filters(values: Mapping[str, Any]) -> dict[str, Any]:
 def pipeline_config(retrievers: str | None, rrf_k: int, chunks: bool = False) -> PipelineConfig | None:
     """The pipeline that ``--retrievers bm25,vector`` (a comma-separated list) and ``--chunks``
     ask for; None for the default one."""
+    if not retrievers and not chunks:
+        return None
+    # Imported only now: the default pipeline must cost a command-line client nothing.
     from nbmemory.search.pipeline import RETRIEVERS as ALL
     from nbmemory.search.pipeline import PipelineConfig
 
-    if not retrievers and not chunks:
-        return None
     names = tuple(r.strip() for r in (retrievers or ",".join(ALL)).split(",") if r.strip())
     return PipelineConfig(retrievers=names, rrf_k=rrf_k, group=not chunks)
 
@@ -323,3 +326,21 @@ def to_jsonable(value: Any, tagged: bool = False) -> Any:
         return value.item()
     name = type(value).__name__
     raise TypeError(f"cannot send {name} over the wire" if tagged else f"cannot encode {name} as JSON")
+
+
+def link_outside(folder: Path, roots: Sequence[Path]) -> Path | None:
+    """The first file the indexer would read under ``folder`` that resolves outside every root.
+
+    The indexer follows symlinked files (not folders): one inside a root can point anywhere, so a
+    front end that confines indexing to roots (the Jupyter server, the MCP server) checks this.
+    """
+    from nbmemory.ingest.indexer import walk
+
+    for file in walk(folder):
+        try:
+            target = file.resolve()
+        except (OSError, RuntimeError):
+            return file
+        if not any(target == root or root in target.parents for root in roots):
+            return file
+    return None

@@ -40,7 +40,7 @@ from typing_extensions import TypedDict
 
 from nbmemory.api import MemoryAPI
 from nbmemory.errors import ConfigError, NbMemoryError
-from nbmemory.frontend import search_filters
+from nbmemory.frontend import link_outside, search_filters
 from nbmemory.safety import build_context, scan
 from nbmemory.search.filters import KINDS
 
@@ -325,7 +325,7 @@ class MemoryTools:
         if not resolved.exists():
             raise NbMemoryError(f"no such file or folder: {raw!r}")
         if resolved.is_dir():
-            link = _link_out(resolved, roots)
+            link = link_outside(resolved, roots)
             if link is not None:
                 raise NbMemoryError(
                     f"{link} links to a file outside the allowed roots: remove the link, or index the "
@@ -545,23 +545,6 @@ def _errors() -> Iterator[None]:
 
 def _shown(roots: Sequence[Path]) -> str:
     return ", ".join(str(r) for r in roots)
-
-
-def _link_out(folder: Path, roots: Sequence[Path]) -> Path | None:
-    """The first file the indexer would read under ``folder`` that links outside ``roots``.
-
-    The indexer follows symlinked files (not folders): one inside a root can point anywhere.
-    """
-    from nbmemory.ingest.indexer import walk
-
-    for file in walk(folder):
-        try:
-            target = file.resolve()
-        except (OSError, RuntimeError):
-            return file
-        if not any(target == root or root in target.parents for root in roots):
-            return file
-    return None
 
 
 def _warning(text: str) -> str | None:

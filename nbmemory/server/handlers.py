@@ -23,7 +23,14 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from nbmemory.errors import NbMemoryError, NotFoundError
-from nbmemory.frontend import filter_options, local_memory, pipeline_config, search_filters, to_jsonable
+from nbmemory.frontend import (
+    filter_options,
+    link_outside,
+    local_memory,
+    pipeline_config,
+    search_filters,
+    to_jsonable,
+)
 from nbmemory.search.pipeline import PipelineConfig
 from nbmemory.server.state import ServerState
 
@@ -201,23 +208,6 @@ class MemoryHandler(APIHandler):
         if resolved != root and root not in resolved.parents:
             raise _fail(403, f"{what} {raw!r} is outside the server root")
         return resolved
-
-
-def _link_out(folder: Path, root: Path) -> Path | None:
-    """The first file the indexer would read under ``folder`` that links outside ``root``.
-
-    The indexer follows symlinked files (not folders): one inside the root can point anywhere.
-    """
-    from nbmemory.ingest.indexer import walk
-
-    for file in walk(folder):
-        try:
-            target = file.resolve()
-        except (OSError, RuntimeError):
-            return file
-        if target != root and root not in target.parents:
-            return file
-    return None
 
 
 def _item_dict(item: Any, root: Path) -> dict[str, Any]:
@@ -457,7 +447,9 @@ class IndexHandler(MemoryHandler):
         namespace = _namespace(body.get("namespace"))
         state = self.state
         for folder in (r for r in resolved if r.is_dir()):
-            link = await IOLoop.current().run_in_executor(state.executor, _link_out, folder, state.root_dir)
+            link = await IOLoop.current().run_in_executor(
+                state.executor, link_outside, folder, [state.root_dir]
+            )
             if link is not None:
                 shown = (
                     link.relative_to(state.root_dir).as_posix()
