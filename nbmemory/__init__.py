@@ -1,5 +1,10 @@
 """nbmemory: a local-first personal memory for people and agents who work in Jupyter."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from nbmemory.config import Settings
 from nbmemory.errors import (
     BadFileError,
@@ -12,11 +17,31 @@ from nbmemory.errors import (
     StoreLockedError,
 )
 from nbmemory.items import Hit, Item
-from nbmemory.memory import Memory
-from nbmemory.search.filters import Filters
-from nbmemory.search.pipeline import PipelineConfig, SearchResult
+
+if TYPE_CHECKING:
+    from nbmemory.memory import Memory
+    from nbmemory.search.filters import Filters
+    from nbmemory.search.pipeline import PipelineConfig, SearchResult
 
 __version__ = "0.1.0"
+
+# Imported on first use: a CLI run that is a client of a warm owner never needs DuckDB or numpy,
+# and importing them would cost it most of its time.
+_LAZY = {
+    "Memory": "nbmemory.memory",
+    "Filters": "nbmemory.search.filters",
+    "PipelineConfig": "nbmemory.search.pipeline",
+    "SearchResult": "nbmemory.search.pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbmemory' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def load_ipython_extension(ipython: object) -> None:

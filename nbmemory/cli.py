@@ -66,12 +66,23 @@ def command(name: str, help: str, *options: Option) -> Callable[[Handler], Handl
     return register
 
 
-def _memory(args: argparse.Namespace, **kwargs: Any) -> Any:
-    # connect(): when a Jupyter server or a kernel already owns the file, this CLI run becomes
-    # its client instead of failing on DuckDB's lock.
+def _memory(args: argparse.Namespace, background: bool = True, **kwargs: Any) -> Any:
+    # connect(): this run is the client of whoever owns the file (a kernel, the Jupyter server,
+    # `nbmemory serve`, an earlier run's background owner), or starts a background owner and
+    # is its client: no run pays for the model load but the first (NBMEMORY_IDLE_SECONDS).
     from nbmemory.remote import connect
 
-    return connect(args.db, home=args.home, model=args.model, progress=not args.quiet, **kwargs)
+    return connect(
+        args.db, home=args.home, model=args.model, progress=not args.quiet, background=background, **kwargs
+    )
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from nbmemory.config import Settings
+
+    return (Settings(home=Path(args.home)) if args.home else Settings()).override(args.db, args.model)
 
 
 @command(
@@ -81,8 +92,11 @@ def _memory(args: argparse.Namespace, **kwargs: Any) -> Any:
     Option("--ns", help="namespace to index into (default: 'default')"),
 )
 def cmd_index(args: argparse.Namespace) -> int:
-    with _memory(args) as mem:
-        report = mem.index(*args.paths, namespace=args.ns)
+    from nbmemory.progress import stderr_bar
+
+    # The bar is drawn here even when the owner indexes: it sends its progress back.
+    with _memory(args) as mem, stderr_bar("indexing", not args.quiet) as bar:
+        report = mem.index(*args.paths, namespace=args.ns, progress=bar)
     for path, reason in report.skipped:
         print(f"skipped {path}: {reason}", file=sys.stderr)
     print(report.summary())
@@ -103,7 +117,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         config = pipeline_config(args.retrievers, mem.settings.rrf_k, args.chunks)
-        result = mem.search(args.query, k=args.k, config=config, **search_filters(vars(args)))
+        # plain: the owner's SearchResult as its fields, so this process never imports the search
+        # package (DuckDB, numpy): a client of a warm owner answers in a fraction of a second.
+        result = mem.call(
+            "search",
+            args.query,
+            k=args.k,
+            config=config,
+            plain={"SearchResult"},
+            **search_filters(vars(args)),
+        )
     if args.json:
         payload: dict[str, Any] = {
             "query": result.query,
@@ -118,7 +141,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     print_hits(result)
     if args.explain:
         print()
-        print(result.explain(top=args.k))
+        print(result.trace.explain(top=args.k))
     return 0
 
 
@@ -285,6 +308,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(home=args.home, db=args.db, model=args.model, quiet=args.quiet)
 
 
+def _owner_here(args: argparse.Namespace) -> Any:
+    """The memory opened by this process, for jobs that run only in the owner (tune, models use):
+    the CLI's background owner, idle or not, stops first; other owners keep the file."""
+    from nbmemory.remote.launch import stop
+
+    stop(_settings(args).db_path, served_by=("background",))
+    return _memory(args, background=False)
+
+
 def _busy(shared: Any, what: str) -> str:
     """Why a long job does not run here: another process owns the file."""
     return (
@@ -325,7 +357,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from nbmemory.eval.harness import set_torch_threads
 
         set_torch_threads(args.torch_threads)
-    with _memory(args) as shared:
+    with _owner_here(args) as shared:
         local = owned_memory(shared, _busy(shared, "tuning"))
         report = local.tune(options, progress=_text_progress(args.quiet))
     if args.json:
@@ -346,7 +378,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "use":
         if not args.version:
             raise NbMemoryError("which version? `nbmemory models use VERSION` (see `nbmemory models`)")
-        with _memory(args) as shared:
+        with _owner_here(args) as shared:
             count = owned_memory(shared, _busy(shared, "switching models")).use_model(args.version)
         print(f"now using model version {args.version}: re-embedded {count} items")
         return 0
@@ -406,6 +438,51 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     quiet = argparse.Namespace(**{**vars(args), "quiet": True})
     serve(lambda: _memory(quiet), policy, http_port=args.http)
     return 0
+
+
+@command(
+    "serve",
+    "own this memory in the foreground and serve CLI runs, kernels and the Jupyter server (Ctrl-C stops)",
+    Option(
+        "--idle-seconds",
+        type=float,
+        help="stop after this many seconds without a request (default $NBMEMORY_IDLE_SECONDS or 600; 0: never)",
+    ),
+)
+def cmd_serve(args: argparse.Namespace) -> int:
+    from nbmemory.remote.daemon import serve
+
+    settings = _settings(args)
+    idle = settings.idle_seconds if args.idle_seconds is None else args.idle_seconds
+    if not 0 <= idle < float("inf"):
+        raise NbMemoryError(f"--idle-seconds must be 0 or more, got {idle}")
+    return serve(settings, idle, "serve", {"progress": not args.quiet})
+
+
+@command(
+    "stop", "stop the owner that CLI runs started for this memory (a kernel or Jupyter server is left alone)"
+)
+def cmd_stop(args: argparse.Namespace) -> int:
+    from nbmemory.remote.launch import stop
+
+    path = _settings(args).db_path
+    done = stop(path)
+    pid = done.owner["pid"] if done.owner else None
+    if done.outcome == "none":
+        print(f"no process serves {path}")
+        return 0
+    if done.outcome == "stopped":
+        print(f"stopped the owner of {path} (pid {pid})")
+        return 0
+    if done.outcome == "busy":
+        print(f"asked the owner of {path} (pid {pid}) to stop: it is finishing a request", file=sys.stderr)
+        return 1
+    print(
+        f"{path} is held by pid {pid}, a Jupyter kernel, the Jupyter server or a program that opened "
+        "it, not by the command line: it is left running (close the memory there)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:

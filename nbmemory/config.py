@@ -11,6 +11,7 @@ from nbmemory.errors import ConfigError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_NAMESPACE = "default"
 DB_FILENAME = "memory.duckdb"
+DEFAULT_IDLE_SECONDS = 600.0
 
 
 def _env_float(name: str, default: float) -> float:
@@ -48,6 +49,10 @@ class Settings:
         Namespace used when none is given (``NBMEMORY_NAMESPACE``).
     max_file_mb:
         Files larger than this are skipped by ``index`` (``NBMEMORY_MAX_FILE_MB``).
+    idle_seconds:
+        How long the owner that the command line starts in the background stays up after its
+        last request (``NBMEMORY_IDLE_SECONDS``, default 600). 0: command-line runs start no
+        background owner and open the memory themselves.
     """
 
     home: Path = field(default_factory=default_home)
@@ -56,6 +61,9 @@ class Settings:
     device: str | None = field(default_factory=lambda: os.environ.get("NBMEMORY_DEVICE") or None)
     namespace: str = field(default_factory=lambda: os.environ.get("NBMEMORY_NAMESPACE") or DEFAULT_NAMESPACE)
     max_file_mb: float = field(default_factory=lambda: _env_float("NBMEMORY_MAX_FILE_MB", 10.0))
+    idle_seconds: float = field(
+        default_factory=lambda: _env_float("NBMEMORY_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
+    )
     rrf_k: int = 60
 
     def __post_init__(self) -> None:
@@ -65,6 +73,10 @@ class Settings:
         self.path = Path(self.path).expanduser()
         if self.max_file_mb <= 0:
             raise ConfigError(f"max_file_mb must be greater than 0, got {self.max_file_mb}")
+        if not 0 <= self.idle_seconds < float("inf"):
+            raise ConfigError(
+                f"idle_seconds (NBMEMORY_IDLE_SECONDS) must be 0 or more seconds, got {self.idle_seconds}"
+            )
         if self.rrf_k <= 0:
             raise ConfigError(f"rrf_k must be greater than 0, got {self.rrf_k}")
         if self.device not in (None, "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):

@@ -11,6 +11,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A CLI run starts a background owner that outlives it: in tests, let it go soon after.
+os.environ.setdefault("NBMEMORY_IDLE_SECONDS", "10")
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder

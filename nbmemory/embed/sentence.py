@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.resources
+import logging
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,28 @@ def _fingerprint_dir(path: Path) -> str:
             with file.open("rb") as fh:
                 digest.update(fh.read(1 << 20))
     return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """No progress bar (``Loading weights``) and no info or warning lines from transformers or
+    sentence-transformers while a model loads: nbmemory draws its own progress, and a search
+    prints only its results. Errors still raise."""
+    from transformers.utils import logging as hf_logging
+
+    st_logger = logging.getLogger("sentence_transformers")
+    bars = hf_logging.is_progress_bar_enabled()
+    verbosity, st_level = hf_logging.get_verbosity(), st_logger.level
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    st_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        st_logger.setLevel(st_level)
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def auto_device() -> str:
@@ -124,7 +148,8 @@ class SentenceTransformerEmbedder:
             self._path = local if local.exists() else None
             target = str(local) if local.exists() else model
         try:
-            return SentenceTransformer(target, device=self._device)
+            with quiet_transformers():
+                return SentenceTransformer(target, device=self._device)
         except Exception as exc:  # the library raises OSError, ValueError, HF errors...
             raise ModelNotFoundError(
                 f"model {model!r} could not be loaded offline ({type(exc).__name__}: {exc}). "

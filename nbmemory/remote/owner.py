@@ -15,6 +15,8 @@ import secrets
 import socket
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
@@ -30,6 +32,11 @@ def runtime_dir() -> Path:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     return folder
+
+
+# Who serves a memory, as ``ping`` reports it: a CLI's background owner, ``nbmemory serve`` in a
+# terminal, or any other process that opened it (a kernel, the Jupyter server, a script).
+SERVED_BY = ("background", "serve", "process")
 
 
 def endpoint(db_path: Path) -> tuple[str, Path]:
@@ -77,11 +84,18 @@ class OwnerServer:
         The owner's facade; requests run one at a time under ``lock``.
     lock:
         Shared with the owner's own local calls so the two never interleave.
+    served_by:
+        One of :data:`SERVED_BY`, told to whoever pings: ``nbmemory stop`` stops only the owners
+        the command line started.
     """
 
-    def __init__(self, memory: Any, lock: threading.RLock) -> None:
+    def __init__(self, memory: Any, lock: threading.RLock, served_by: str = "process") -> None:
+        if served_by not in SERVED_BY:
+            raise ValueError(f"served_by must be one of {', '.join(SERVED_BY)}, not {served_by!r}")
         self.memory = memory
         self.lock = lock
+        self.served_by = served_by
+        self.last_request = time.monotonic()
         self.address, self.key_path = endpoint(memory.path)
         # The socket left by a dead owner: safe to remove, we hold the file's lock now.
         if os.path.exists(self.address):
@@ -113,7 +127,7 @@ class OwnerServer:
             while True:
                 try:
                     request = wire.loads(conn.recv_bytes())
-                    answer = self._answer(request)
+                    answer = self._answer(request, conn)
                     if answer is None:
                         return  # closing: the client sees the connection drop and fails over
                     conn.send_bytes(wire.dumps(answer))
@@ -124,12 +138,37 @@ class OwnerServer:
             with contextlib.suppress(OSError):
                 conn.close()
 
-    def _answer(self, request: dict[str, Any]) -> dict[str, Any] | None:
+    def status(self) -> dict[str, Any]:
+        """What ``ping`` answers: who serves, with which model, idle for how long."""
+        return {
+            "pid": os.getpid(),
+            "served_by": self.served_by,
+            "model": self.memory.settings.model,
+            "idle": round(self.idle_seconds(), 3),
+        }
+
+    def touch(self) -> None:
+        """Count now as the end of a request (work the owner did for itself, e.g. a warm-up)."""
+        self.last_request = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        """Seconds since the last request ended (0 while one runs); pings do not count."""
+        if self.lock.acquire(blocking=False):
+            try:
+                return time.monotonic() - self.last_request
+            finally:
+                self.lock.release()
+        return 0.0
+
+    def _answer(self, request: dict[str, Any], conn: Connection) -> dict[str, Any] | None:
         method = request.get("method")
         if method not in wire.METHODS:
             return {"error": {"type": "ConfigError", "message": f"unknown method {method!r}"}}
         if method == "ping":
-            return {"ok": {"pid": os.getpid()}}
+            return {"ok": self.status()}
+        kwargs = dict(request.get("kwargs", {}))
+        if request.get("progress"):
+            kwargs["progress"] = _relay(conn)
         with self.lock:
             # A request that arrives while the owner shuts down is not answered, so the client
             # retries it with the next owner instead of getting an error from a closed file.
@@ -137,11 +176,11 @@ class OwnerServer:
                 return None
             self.requests += 1
             try:
-                result = getattr(self.memory, str(method))(
-                    *request.get("args", []), **request.get("kwargs", {})
-                )
+                result = getattr(self.memory, str(method))(*request.get("args", []), **kwargs)
             except Exception as exc:  # every error goes back to the caller, the owner keeps serving
                 return {"error": wire.error_payload(exc)}
+            finally:
+                self.last_request = time.monotonic()
         return {"ok": result}
 
     def close(self) -> None:
@@ -156,3 +195,14 @@ class OwnerServer:
         for path in (self.address, str(self.key_path)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def _relay(conn: Connection) -> Callable[..., None]:
+    """A progress callback that sends each call's arguments to the client as it runs."""
+
+    def progress(*args: Any) -> None:
+        # A client that went away does not stop the work: it is committed as usual.
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            conn.send_bytes(wire.dumps({"progress": list(args)}))
+
+    return progress

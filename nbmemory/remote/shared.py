@@ -3,8 +3,9 @@
 The first process to open a memory file owns it (DuckDB allows one read-write process) and
 serves the others over a local socket; every other process is its client. When the owner goes
 away (a kernel restarts, the server stops, a process is killed), the next call of any client
-finds no owner, takes the file over and becomes the owner itself. Writes carry a request key,
-so a write retried after its owner died is stored once.
+finds no owner, takes the file over and becomes the owner itself (or, for the command line,
+starts a background owner: :mod:`nbmemory.remote.background`). Writes carry a request key, so a
+write retried after its owner died is stored once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,34 @@ class SharedMemory(MemoryAPI):
     Use :func:`connect` to make one. ``role`` is ``"owner"`` or ``"client"`` and can change
     during the object's life (a client becomes the owner when the owner dies). Each operation is
     a proxy derived from its declaration (see :func:`_proxy`).
+
+    Parameters
+    ----------
+    settings, memory_kwargs:
+        What this process opens the memory with if it becomes the owner.
+    allow_owner:
+        False: never open the file here, only be a client.
+    start_owner:
+        Called when no process serves the memory, instead of opening it here: it starts an owner
+        elsewhere and returns once that one answers (the command line's background owner).
+    served_by:
+        What this process reports as an owner (see :data:`~nbmemory.remote.owner.SERVED_BY`).
     """
 
-    def __init__(self, settings: Settings, memory_kwargs: dict[str, Any], allow_owner: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        memory_kwargs: dict[str, Any],
+        allow_owner: bool = True,
+        *,
+        start_owner: Callable[[], None] | None = None,
+        served_by: str = "process",
+    ) -> None:
         self.settings = settings
         self._kwargs = memory_kwargs
         self._allow_owner = allow_owner
+        self._start_owner = start_owner
+        self._served_by = served_by
         self._lock = threading.RLock()
         self._local: Any = None
         self._server: OwnerServer | None = None
@@ -69,22 +92,29 @@ class SharedMemory(MemoryAPI):
         return self._local
 
     def _attach(self, deadline: float) -> None:
-        from nbmemory.memory import Memory
-
         delay = 0.05
         while True:
             conn = try_connect(self.path)
             if conn is not None:
                 self._conn = conn
                 return
-            if self._allow_owner:
+            if self._start_owner is not None:
+                self._start_owner()
+                conn = try_connect(self.path)
+                if conn is not None:
+                    self._conn = conn
+                    return
+            elif self._allow_owner:
+                # Imported only here: a client never needs DuckDB, numpy or the model.
+                from nbmemory.memory import Memory
+
                 try:
                     local = Memory(settings=self.settings, **self._kwargs)
                 except StoreLockedError:
                     local = None  # someone else won the race: their socket appears shortly
                 if local is not None:
                     self._local = local
-                    self._server = OwnerServer(local, self._lock)
+                    self._server = OwnerServer(local, self._lock, self._served_by)
                     return
             if time.monotonic() > deadline:
                 raise NbMemoryError(
@@ -95,7 +125,39 @@ class SharedMemory(MemoryAPI):
             delay = min(delay * 2, 0.5)
 
     # -- calls ------------------------------------------------------------------------------
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, name: str, /, *args: Any, plain: Collection[str] = (), **kwargs: Any) -> Any:
+        """Run the operation ``name`` of :class:`~nbmemory.api.MemoryAPI` in the owner.
+
+        What every operation's method does; ``plain`` is its one extra: class names (e.g.
+        ``{"SearchResult"}``) that a reply from another process gives back as a
+        :class:`types.SimpleNamespace` of their fields, so that this process need not import
+        the module that defines them. A local owner returns its objects as they are.
+        """
+        if name not in API_METHODS:
+            raise NbMemoryError(f"{name!r} is not an operation of a memory")
+        bound = api.signature(name).bind(*args, **kwargs)
+        prepare = _PREPARE.get(name)
+        if prepare is not None:
+            prepare(bound.arguments)
+        progress = None
+        # A callback cannot cross the socket: the owner sends its calls' arguments back instead.
+        if self._local is None:
+            progress = bound.arguments.pop("progress", None)
+        result = self._call(name, bound.args, bound.kwargs, plain, progress)
+        if name == "stats":
+            result["role"] = self.role
+            result["owner_pid"] = self.ping()["pid"]
+        return result
+
+    def _call(
+        self,
+        method: str,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        plain: Collection[str] = (),
+        progress: Callable[..., None] | None = None,
+    ) -> Any:
+        kwargs = dict(kwargs or {})
         if self._closed:
             raise NbMemoryError("this memory connection is closed")
         if method in _KEYED and kwargs.get("request_key") is None:
@@ -109,14 +171,17 @@ class SharedMemory(MemoryAPI):
             while True:
                 if self._closed:
                     raise NbMemoryError("this memory connection is closed")
-                if self._local is not None:
+                if self._local is not None:  # from the start, or since a failover
+                    if progress is not None:
+                        kwargs["progress"] = progress
                     return getattr(self._local, method)(*args, **kwargs)
                 assert self._conn is not None
                 if request is None:  # only what crosses the socket is encoded (callbacks cannot)
-                    request = wire.dumps({"method": method, "args": args, "kwargs": kwargs})
+                    message = {"method": method, "args": args, "kwargs": kwargs}
+                    request = wire.dumps({**message, "progress": True} if progress else message)
                 try:
                     self._conn.send_bytes(request)
-                    reply = wire.loads(self._conn.recv_bytes())
+                    reply = self._receive(plain, progress)
                 except (EOFError, OSError):
                     # The owner is gone: find the new one, or become it, then send the request again.
                     self._drop_conn()
@@ -129,14 +194,51 @@ class SharedMemory(MemoryAPI):
                     wire.raise_error(reply["error"])
                 return reply["ok"]
 
+    def _receive(self, plain: Collection[str], progress: Callable[..., None] | None) -> Any:
+        assert self._conn is not None
+        try:
+            while True:
+                reply = wire.loads(self._conn.recv_bytes(), plain)
+                if "progress" not in reply:
+                    return reply
+                if progress is not None:
+                    progress(*reply["progress"])
+        except (EOFError, OSError):
+            raise
+        except BaseException:
+            # Interrupted between a request and its reply (Ctrl-C in a progress callback): the
+            # reply still to come would answer the next request, so this connection is done.
+            self._drop_conn()
+            raise
+
     def _drop_conn(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(OSError):
                 self._conn.close()
             self._conn = None
 
-    def ping(self) -> Any:
-        return self._call("ping") if self._local is None else {"pid": os.getpid()}
+    def ping(self) -> dict[str, Any]:
+        """Who serves this memory: ``pid``, ``served_by``, ``model`` and ``idle`` seconds."""
+        with self._lock:
+            if self._server is not None:
+                return self._server.status()
+        return dict(self._call("ping"))
+
+    def idle_seconds(self) -> float:
+        """Seconds since the last request from another process ended (this process must own)."""
+        if self._server is None:
+            raise NbMemoryError("idle_seconds: this process does not own the memory")
+        return self._server.idle_seconds()
+
+    def warm_up(self) -> None:
+        """Load the model now (owner only), so that the first search does not wait for it."""
+        with self._lock:
+            if self._local is not None:
+                try:
+                    self._local.embedder.embed_query("warm up")
+                finally:
+                    if self._server is not None:
+                        self._server.touch()  # the idle time starts when the model is ready
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
@@ -189,17 +291,7 @@ def _proxy(name: str) -> Callable[..., Any]:
     declared = api.signature(name)
 
     def method(self: SharedMemory, *args: Any, **kwargs: Any) -> Any:
-        bound = declared.bind(*args, **kwargs)
-        prepare = _PREPARE.get(name)
-        if prepare is not None:
-            prepare(bound.arguments)
-        # A callback cannot cross the socket: it is honoured only when this process is the owner.
-        if self._local is None:
-            bound.arguments.pop("progress", None)
-        result = self._call(name, *bound.args, **bound.kwargs)
-        if name == "stats":
-            result["role"] = self.role
-        return result
+        return self.call(name, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = getattr(MemoryAPI, name).__doc__
@@ -224,6 +316,7 @@ def connect(
     namespace: str | None = None,
     progress: bool = False,
     allow_owner: bool = True,
+    background: bool = False,
     **memory_kwargs: Any,
 ) -> SharedMemory:
     """Open the memory shared by every process of this user.
@@ -235,10 +328,32 @@ def connect(
         owner (the owner embeds for everyone, so the model is loaded once).
     allow_owner:
         False makes this process a client only (it waits for an owner to appear).
+    background:
+        When no process serves the memory, start a background owner for it and be its client,
+        instead of owning it here (what the command line does: :mod:`nbmemory.remote.launch`).
+        A background owner of another model than ``model`` is replaced by one of this model.
+        Not done when ``settings.idle_seconds`` (``NBMEMORY_IDLE_SECONDS``) is 0, nor with
+        ``memory_kwargs`` other than ``on_model_change`` (an embedder object cannot be handed
+        to another process).
     """
     settings = (Settings(home=Path(home)) if home is not None else Settings()).override(
         path, model, namespace
     )
-    return SharedMemory(  # type: ignore[abstract]
-        settings, {"progress": progress, **memory_kwargs}, allow_owner=allow_owner
-    )
+    kwargs = {"progress": progress, **memory_kwargs}
+    if not (
+        background and allow_owner and settings.idle_seconds > 0 and set(memory_kwargs) <= {"on_model_change"}
+    ):
+        return SharedMemory(settings, kwargs, allow_owner=allow_owner)  # type: ignore[abstract]
+
+    from nbmemory.remote import launch
+
+    def start() -> None:
+        launch.start(settings, memory_kwargs.get("on_model_change"))
+
+    shared = SharedMemory(settings, kwargs, start_owner=start)  # type: ignore[abstract]
+    owner = shared.ping()
+    if owner.get("served_by") == "background" and owner.get("model") != settings.model:
+        shared.close()
+        launch.stop(settings.db_path, served_by=("background",))
+        shared = SharedMemory(settings, kwargs, start_owner=start)  # type: ignore[abstract]
+    return shared

@@ -1,24 +1,39 @@
 """JSON on the wire between a client and the owner: results to plain data and back.
 
-No pickle: a message is JSON, and only the facade's methods can be called.
+No pickle: a message is JSON, and only the facade's methods can be called. The classes a message
+names are imported when one arrives: a command-line client of a warm owner must not pay for
+DuckDB and numpy (which ``nbmemory.search.pipeline`` and ``nbmemory.ingest.indexer`` import).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Collection
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from nbmemory import errors
 from nbmemory.api import API_METHODS
-from nbmemory.ingest.indexer import IndexReport
-from nbmemory.items import Hit, Item
-from nbmemory.search.pipeline import SearchResult
-from nbmemory.search.trace import Stage, Trace
 
 # Methods a client may call on the owner's Memory: the declared operations, and ping.
 METHODS = frozenset({*API_METHODS, "ping"})
 _DATES = ("created_at", "updated_at", "deleted_at")
+
+# The module defining each class a message can carry.
+_MODULES = {
+    "Hit": "nbmemory.items",
+    "Item": "nbmemory.items",
+    "Stage": "nbmemory.search.trace",
+    "Trace": "nbmemory.search.trace",
+    "SearchResult": "nbmemory.search.pipeline",
+    "PipelineConfig": "nbmemory.search.pipeline",
+    "IndexReport": "nbmemory.ingest.indexer",
+    "ModelVersion": "nbmemory.tune.versions",
+    "Check": "nbmemory.store.doctor",
+    "DoctorReport": "nbmemory.store.doctor",
+}
 
 
 def _default(value: Any) -> Any:
@@ -28,43 +43,29 @@ def _default(value: Any) -> Any:
     return to_jsonable(value, tagged=True)
 
 
-def _hook(obj: dict[str, Any]) -> Any:
+def _hook(obj: dict[str, Any], plain: Collection[str] = ()) -> Any:
     if "__dt__" in obj:
         return datetime.fromisoformat(obj["__dt__"])
     kind = obj.pop("__type__", None)
     if kind is None:
         return obj
+    # JSON keys are strings: give back the ints and tuples the classes hold.
     if kind == "Hit":
         obj["ranks"] = {k: int(v) for k, v in obj["ranks"].items()}
-        return Hit(**obj)
-    if kind == "Item":
-        return Item(**obj)
-    if kind == "Stage":
+    elif kind == "Stage":
         obj["scores"] = {int(k): v for k, v in obj["scores"].items()}
         obj["detail"] = {int(k): v for k, v in obj["detail"].items()}
         obj["dropped"] = {int(k): v for k, v in obj.get("dropped", {}).items()}
-        return Stage(**obj)
-    if kind == "Trace":
-        return Trace(**obj)
-    if kind == "SearchResult":
-        return SearchResult(**obj)
-    if kind == "PipelineConfig":
-        from nbmemory.search.pipeline import PipelineConfig
-
+    elif kind == "PipelineConfig":
         obj["retrievers"] = tuple(obj["retrievers"])
-        return PipelineConfig(**obj)
-    if kind == "IndexReport":
+    elif kind == "IndexReport":
         obj["skipped"] = [tuple(x) for x in obj["skipped"]]
-        return IndexReport(**obj)
-    if kind == "ModelVersion":
-        from nbmemory.tune.versions import ModelVersion
-
-        return ModelVersion(**obj)
-    if kind in ("Check", "DoctorReport"):
-        from nbmemory.store import doctor
-
-        return getattr(doctor, kind)(**obj)
-    return obj
+    if kind in plain:
+        return SimpleNamespace(**obj)
+    module = _MODULES.get(kind)
+    if module is None:
+        return obj
+    return getattr(importlib.import_module(module), kind)(**obj)
 
 
 def dumps(message: Any) -> bytes:
@@ -73,8 +74,19 @@ def dumps(message: Any) -> bytes:
     return json.dumps(message, default=_default, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
-def loads(data: bytes) -> Any:
-    return json.loads(data.decode("utf-8", "surrogatepass"), object_hook=_hook)
+def loads(data: bytes, plain: Collection[str] = ()) -> Any:
+    """Decode a message, rebuilding the classes it names.
+
+    Parameters
+    ----------
+    plain:
+        Class names to give back as a :class:`types.SimpleNamespace` of their fields instead,
+        without importing their module (the command line prints a ``SearchResult`` this way).
+    """
+    text = data.decode("utf-8", "surrogatepass")
+    if not plain:
+        return json.loads(text, object_hook=_hook)
+    return json.loads(text, object_hook=lambda obj: _hook(obj, plain))
 
 
 def error_payload(exc: BaseException) -> dict[str, str]:
