@@ -436,7 +436,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     policy = Policy.create(namespace=args.namespace, read_only=args.read_only, roots=args.root or ())
     # No progress bars: an agent's client logs stderr, it does not show it.
     quiet = argparse.Namespace(**{**vars(args), "quiet": True})
-    serve(lambda: _memory(quiet), policy, http_port=args.http)
+    # A long-lived server owns the memory itself (or is the client of its owner): no detached
+    # owner is left behind when the agent's session ends.
+    serve(lambda: _memory(quiet, background=False), policy, http_port=args.http)
     return 0
 
 

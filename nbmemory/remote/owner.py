@@ -131,7 +131,9 @@ class OwnerServer:
                     if answer is None:
                         return  # closing: the client sees the connection drop and fails over
                     conn.send_bytes(wire.dumps(answer))
-                except (EOFError, OSError):
+                except (EOFError, OSError, TypeError):
+                    # TypeError: close() from another thread closed the connection mid-read
+                    # (multiprocessing reads from a handle that is now None).
                     return
         finally:
             self._conns.discard(conn)

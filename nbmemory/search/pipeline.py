@@ -46,6 +46,8 @@ FUSIONS = ("convex", "rrf")
 WEAK_LEXICAL = 0.5
 #: ... and one scoring under this share of the best hit is part of a weak tail.
 WEAK_SHARE = 0.75
+#: Grouped searches take deeper candidates, up to this many per retriever, to fill k sources.
+MAX_GROUP_DEPTH = 20_000
 SNIPPET_CHARS = 240
 MAX_QUERY_CHARS = 4000
 #: The largest k: ranks and the search log's k are 32-bit.
@@ -362,12 +364,30 @@ class SearchPipeline:
     def run(self, query: str, k: int = 10, filters: Filters | None = None) -> SearchResult:
         """The ``k`` best hits for ``query`` among the items matching ``filters``, and the trace."""
         text = checked_query(query, k)
+        depth = self.config.depth or max(50, 3 * k)
+        pool_size = self._pool_depth(k)
+        while True:
+            result, saturated = self._run(text, k, filters or Filters(), depth, pool_size)
+            # Grouping can leave fewer than k sources among the candidates taken (a long note
+            # fills them): take deeper while a retriever may hold more.
+            if not (self.config.group and len(result.hits) < k and saturated and depth < MAX_GROUP_DEPTH):
+                return result
+            depth, pool_size = depth * 4, depth * 8
+
+    def _run(
+        self, text: str, k: int, filters: Filters, depth: int, pool_size: int
+    ) -> tuple[SearchResult, bool]:
+        """One pass of every stage; also whether more candidates exist than this pass considered."""
         config = self.config
         trace = Trace(text)
         needs_vector = any(r.needs_vector for r in self.retrievers)
         q = Query(text, self.embedder if needs_vector else None)
-        found = self._retrieve(q, config.depth or max(50, 3 * k), filters or Filters(), trace)
-        evidence, order = self._fuse(q, found, k, trace)
+        found = self._retrieve(q, depth, filters, trace)
+        # More candidates exist when a retriever returned all it was asked for, or when the
+        # fused pool below cuts some of those it returned.
+        candidates = len({i for got in found.values() for i in got.ids})
+        saturated = candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
+        evidence, order = self._fuse(q, found, k, trace, pool_size)
         pool = _Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None)
         if config.reranker:
             order = self._rerank(text, order, found, pool, trace)
@@ -390,7 +410,7 @@ class SearchPipeline:
         for hit in hits:
             hit.more = more.get(hit.id, [])
         self._support(hits, evidence)
-        return SearchResult(text, hits, trace, rejected=rejected, reason=reason)
+        return SearchResult(text, hits, trace, rejected=rejected, reason=reason), saturated
 
     # -- stages ---------------------------------------------------------------------------------
     def _retrieve(self, query: Query, depth: int, filters: Filters, trace: Trace) -> dict[str, Retrieved]:
@@ -408,12 +428,12 @@ class SearchPipeline:
         return found
 
     def _fuse(
-        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace
+        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
     ) -> tuple[QueryEvidence | None, Ranked]:
-        """Fuse the rankings (convex or RRF, weights from the query's evidence), cut to a pool deeper than k."""
+        """Fuse the rankings (convex or RRF, weights from the query's evidence), cut to ``pool_size``."""
         if self.config.fusion == "convex" and len(found) > 1:
-            return self._convex(query, found, k, trace)
-        return self._rrf(query.text, found, k, trace)
+            return self._convex(query, found, k, trace, pool_size)
+        return self._rrf(query.text, found, k, trace, pool_size)
 
     def _pool_depth(self, k: int) -> int:
         # Later stages reorder, drop and group: they work on a pool deeper than k (notes average
@@ -421,7 +441,7 @@ class SearchPipeline:
         return max(k + 20, 2 * k, self.config.rerank_depth if self.config.reranker else 0)
 
     def _convex(
-        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace
+        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
     ) -> tuple[QueryEvidence | None, Ranked]:
         """Convex combination of the cosine and the BM25 share of the query, for every candidate."""
         config = self.config
@@ -439,8 +459,8 @@ class SearchPipeline:
             weights = {"bm25": 1.0 - alpha, "vector": alpha}
             candidates = list(dict.fromkeys(i for got in found.values() for i in got.ids))
             cosine = self._cosines(query, found["vector"], candidates)
-            lexical = scale_bm25(found["bm25"].scores, evidence.mass if evidence is not None else 0.0)
-            fused = convex({"bm25": lexical, "vector": cosine}, weights)[: self._pool_depth(k)]
+            lexical = self._lexical(found["bm25"], evidence)
+            fused = convex({"bm25": lexical, "vector": cosine}, weights)[:pool_size]
             stage.notes = {"weights": {n: round(w, 3) for n, w in weights.items()}, "why": why}
             if evidence is not None:
                 stage.notes.update(evidence=round(evidence.evidence, 3), mass=round(evidence.mass, 3))
@@ -456,6 +476,21 @@ class SearchPipeline:
             }
         return evidence, list(fused)
 
+    def _lexical(self, bm25: Retrieved, evidence: QueryEvidence | None) -> dict[int, float]:
+        """The keyword side on the convex scale: the BM25 score as a share of the query's IDF mass,
+        at least the share of that mass the item holds (tf and length aside), so an item holding
+        a rare query word is not sunk by BM25's length normalisation."""
+        mass = evidence.mass if evidence is not None else 0.0
+        scaled = scale_bm25(bm25.scores, mass)
+        if mass <= 0 or not bm25.terms:
+            return scaled
+        idf, _ = fts.idfs(self.db, bm25.terms)
+        for item, terms in bm25.matched.items():
+            if item in scaled:
+                held = sum(idf[t][0] for t in terms if t in idf) / mass
+                scaled[item] = max(scaled[item], held)
+        return scaled
+
     def _cosines(self, query: Query, got: Retrieved, ids: list[int]) -> dict[int, float]:
         """Cosine similarity to the query of every candidate (the vector side's own, else exact)."""
         out = {i: s for i, s in got.scores.items()}
@@ -468,7 +503,7 @@ class SearchPipeline:
         return out
 
     def _rrf(
-        self, query: str, found: dict[str, Retrieved], k: int, trace: Trace
+        self, query: str, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
     ) -> tuple[QueryEvidence | None, Ranked]:
         """RRF over the rankings (adaptive weights from the lexical evidence), cut to a pool deeper than k."""
         config = self.config
@@ -493,7 +528,7 @@ class SearchPipeline:
                 if evidence is not None:
                     stage.notes["evidence"] = round(evidence.evidence, 3)
             stage.notes["k"] = config.rrf_k
-            fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)[: self._pool_depth(k)]
+            fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)[:pool_size]
             stage.output = [i for i, _ in fused]
             stage.scores = dict(fused)
             stage.detail = {
