@@ -622,6 +622,10 @@ class MemoryMagics(Magics):
         if self.index_job is not None and not self.index_job.done:
             raise UsageError("an index run is still going: wait for it or press its Cancel button")
         paths = [str(Path(p).expanduser()) for p in args.paths]
+        missing = [p for p in paths if not Path(p).exists()]
+        if missing:
+            # Said once, before any progress bar: a missing path is a mistake, not a skipped file.
+            raise UsageError(f"no such file or folder: {', '.join(missing)}")
         if not paths:
             paths = [str(self._this_notebook())]
         job = IndexJob(paths, self._write_ns(args.ns), use_widget=self._use_widgets())

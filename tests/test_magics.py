@@ -295,6 +295,7 @@ def test_memsearch_finds_a_paraphrase_with_the_real_model(
         ("remember", "--importance 2 vpn", "importance must be between 0 and 1"),
         ("memcontext", "vpn --budget 0", "positive number of tokens"),
         ("memcontext", "", "no query given"),
+        ("memindex", "/nonexistent/notes", "no such file or folder: /nonexistent/notes"),
         ("memupdate", "1", "nothing to change"),
         ("memupdate", "1 --pin --unpin", "not both"),
         ("memlink", "1 1", "cannot link to itself"),

@@ -382,3 +382,13 @@ def test_search_counters_and_log_are_buffered_but_never_lost_on_close(tmp_path: 
         assert mem.stats()["searches"] == LOG_FLUSH_EVERY + 3
         row = mem.db.fetchone("SELECT retrieval_count, last_retrieved_at FROM chunks WHERE id = ?", [item.id])
         assert row is not None and row[0] == LOG_FLUSH_EVERY + 3 and row[1] is not None
+
+
+def test_stats_counts_the_write_ahead_log_in_the_file_size(tmp_path: Path) -> None:
+    from nbmemory.embed import FakeEmbedder
+
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
+        mem.remember_many([f"note {i} about the staging database" for i in range(300)])
+        wal = tmp_path / "m.duckdb.wal"
+        on_disk = (tmp_path / "m.duckdb").stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+        assert mem.stats()["file_mb"] == round(on_disk / 1e6, 2)

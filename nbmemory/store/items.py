@@ -123,7 +123,8 @@ def links(db: Database, item_id: int) -> list[dict[str, Any]]:
 def stats(db: Database, path: Path) -> dict[str, Any]:
     """Counts, sizes and index state."""
     live = "FROM chunks WHERE deleted_at IS NULL"
-    size = path.stat().st_size if path.exists() else 0
+    # The write-ahead log holds what is not yet checkpointed into the file: both are the memory.
+    size = sum(f.stat().st_size for f in (path, path.with_name(path.name + ".wal")) if f.exists())
     return {
         "path": str(path),
         "file_mb": round(size / 1e6, 2),
