@@ -12,6 +12,7 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.search.pipeline import PipelineConfig
 from nbmemory.store import fts
+from tests.fts_postings import delta_then_snapshot
 
 BM25_ONLY = PipelineConfig(retrievers=("bm25",))
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "nbmemory" / "sample_corpus"
@@ -88,23 +89,7 @@ def test_found_before_and_after_a_rebuild(fake_mem: Memory, notes: dict[str, int
 def test_delta_postings_match_the_snapshot_for_every_script(fake_mem: Memory) -> None:
     texts = [*NOTES.values(), "한국어를 배우다", "カタカナー and ひらがな", "中", "x² ½ µm α-synuclein ﬁle"]
     ids = [fake_mem.remember(t, heading="Überschrift 标题").id for t in texts]
-    delta = set(
-        fake_mem.db.fetchall(
-            "SELECT chunk_id, field, term, tf FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
-            [ids],
-        )
-    )
-    lens = dict(fake_mem.db.fetchall("SELECT chunk_id, len FROM fts_delta_docs"))
-    fts.rebuild(fake_mem.db)
-    snapshot = set(
-        fake_mem.db.fetchall(
-            f"SELECT d.name, t.fieldid, dict.term, count(*)::INTEGER FROM {fts.FTS_SCHEMA}.terms t "
-            f"JOIN {fts.FTS_SCHEMA}.docs d USING (docid) JOIN {fts.FTS_SCHEMA}.dict dict USING (termid) "
-            "WHERE d.name IN (SELECT unnest(?::BIGINT[])) GROUP BY ALL",
-            [ids],
-        )
-    )
-    snapshot_lens = dict(fake_mem.db.fetchall(f"SELECT name, len FROM {fts.FTS_SCHEMA}.docs"))
+    delta, lens, snapshot, snapshot_lens = delta_then_snapshot(fake_mem, ids)
     assert delta == snapshot
     assert {i: lens[i] for i in ids} == {i: snapshot_lens[i] for i in ids}
     # The query side tokenizes the same way: every term of a text's own words is in its postings.

@@ -18,6 +18,7 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database
 from nbmemory.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from tests.fts_postings import delta_then_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,27 +122,7 @@ def test_delta_postings_match_what_the_fts_index_builds(fake_mem: Memory) -> Non
     ]
     items = [fake_mem.remember(t, heading="Heading words here") for t in texts]
     ids = [i.id for i in items]
-    delta = set(
-        fake_mem.db.fetchall(
-            "SELECT chunk_id, field, term, tf FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
-            [ids],
-        )
-    )
-    lens = dict(fake_mem.db.fetchall("SELECT chunk_id, len FROM fts_delta_docs"))
-    fts.rebuild(fake_mem.db)
-    index = set(
-        fake_mem.db.fetchall(
-            f"SELECT d.name, t.fieldid, dict.term, count(*)::INTEGER FROM {fts.FTS_SCHEMA}.terms t "
-            f"JOIN {fts.FTS_SCHEMA}.docs d USING (docid) JOIN {fts.FTS_SCHEMA}.dict dict USING (termid) "
-            "WHERE d.name IN (SELECT unnest(?::BIGINT[])) GROUP BY ALL",
-            [ids],
-        )
-    )
-    index_lens = dict(
-        fake_mem.db.fetchall(
-            f"SELECT name, len FROM {fts.FTS_SCHEMA}.docs WHERE name IN (SELECT unnest(?::BIGINT[]))", [ids]
-        )
-    )
+    delta, lens, index, index_lens = delta_then_snapshot(fake_mem, ids)
     assert delta == index
     assert lens == index_lens
 

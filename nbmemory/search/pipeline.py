@@ -287,6 +287,21 @@ def _scores(found: Mapping[str, Retrieved]) -> dict[str, dict[int, float]]:
     return {name: got.scores for name, got in found.items()}
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / (float(np.linalg.norm(v)) or 1.0)
+
+
+def cosines(db: Database, qvec: np.ndarray, ids: list[int], known: Mapping[int, float]) -> dict[int, float]:
+    """``known`` cosines plus the exact cosine to ``qvec`` of the ``ids`` it lacks (vectors fetched once)."""
+    out = dict(known)
+    missing = [i for i in ids if i not in out]
+    if missing:
+        q = _unit(qvec)
+        for i, v in vectors.get_many(db, missing).items():
+            out[i] = float(_unit(v) @ q)
+    return out
+
+
 class _Pool:
     """The fused candidates' stored data, fetched once and only when a stage asks for it."""
 
@@ -312,17 +327,9 @@ class _Pool:
         if self.qvec is None:
             return {}
         have = self.vectors()
-        missing = [i for i in ids if i not in have]
-        extra = vectors.get_many(self.db, missing) if missing else {}
-        q = self.qvec / (float(np.linalg.norm(self.qvec)) or 1.0)
-        out = {}
-        for i in ids:
-            v = have.get(i)
-            if v is None and i in extra:
-                v = extra[i] / (float(np.linalg.norm(extra[i])) or 1.0)
-            if v is not None:
-                out[i] = float(v @ q)
-        return out
+        q = _unit(self.qvec)
+        known = {i: float(have[i] @ q) for i in ids if i in have}
+        return cosines(self.db, self.qvec, ids, known)
 
     def rows(self) -> dict[int, CandidateRow]:
         """Every candidate's live row: the columns of a hit, then the recency signals."""
@@ -493,14 +500,9 @@ class SearchPipeline:
 
     def _cosines(self, query: Query, got: Retrieved, ids: list[int]) -> dict[int, float]:
         """Cosine similarity to the query of every candidate (the vector side's own, else exact)."""
-        out = {i: s for i, s in got.scores.items()}
-        missing = [i for i in ids if i not in out]
-        if missing:
-            qvec = query.vector()
-            q = qvec / (float(np.linalg.norm(qvec)) or 1.0)
-            for i, v in vectors.get_many(self.db, missing).items():
-                out[i] = float(v @ q) / (float(np.linalg.norm(v)) or 1.0)
-        return out
+        if all(i in got.scores for i in ids):
+            return dict(got.scores)
+        return cosines(self.db, query.vector(), ids, got.scores)
 
     def _rrf(
         self, query: str, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int

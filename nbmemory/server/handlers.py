@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -26,7 +25,6 @@ from nbmemory.errors import NbMemoryError, NotFoundError
 from nbmemory.frontend import (
     filter_options,
     link_outside,
-    local_memory,
     pipeline_config,
     search_filters,
     to_jsonable,
@@ -409,14 +407,9 @@ def _run_index(memory: Any, job: IndexJob) -> None:
 
     job.state = "running"
     try:
-        # The owner's local Memory reports progress file by file; a client only sees the end.
-        local = local_memory(memory)
-        lock = getattr(memory, "_lock", None) or threading.RLock()
-        if local is not None:
-            with lock:
-                report = local.index(*job.paths, namespace=job.namespace, progress=progress)
-        else:
-            report = memory.index(*job.paths, namespace=job.namespace)
+        # In the owner the progress callback reports file by file (the shared memory serialises
+        # the call with its other requests); a client of another owner only sees the end.
+        report = memory.index(*job.paths, namespace=job.namespace, progress=progress)
         job.report = dataclasses.asdict(report)
         job.report["summary"] = report.summary()
         job.done = job.total = max(job.total, report.files_seen)
