@@ -222,3 +222,26 @@ def test_english_scores_and_rankings_are_identical_to_the_first_tokenizer(fake_m
             assert a == pytest.approx(b, rel=1e-12, abs=1e-12), query
         compared += len(ours)
     assert compared > 300
+
+
+def test_query_terms_made_in_python_equal_the_index_macros_on_every_word_of_the_corpora(
+    fake_mem: Memory,
+) -> None:
+    # ASCII queries are tokenized and stemmed in Python (no SQL round trip); the terms must be
+    # exactly those of the index's own tokenize and stem macros. Every word of the bundled
+    # sample corpus and of the real-notes fixture, in queries of a few words each.
+    root = Path(__file__).parent
+    texts = [
+        p.read_text(encoding="utf-8", errors="replace")
+        for folder in (root.parent / "nbmemory" / "sample_corpus", root / "data" / "til")
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.suffix in {".md", ".py", ".txt", ".ipynb"}
+    ]
+    words = sorted({w for text in texts for w in text.split() if w.isascii()})
+    assert len(words) > 20_000
+    fts.rebuild(fake_mem.db)
+    for start in range(0, len(words), 12):
+        query = " ".join(words[start : start + 12])
+        assert fts.query_terms(fake_mem.db, query) == fts.sql_query_terms(fake_mem.db, query), query
+    for odd in ("", "   ", "the and of", "C++ / C#", "INC-2307 v2.3.1", "it's O'Brien's", "__init__"):
+        assert fts.query_terms(fake_mem.db, odd) == fts.sql_query_terms(fake_mem.db, odd), odd

@@ -114,7 +114,7 @@ def test_forgotten_item_is_never_returned(mem: Memory) -> None:
 
 
 def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, monkeypatch) -> None:
-    from nbmemory.store import vectors
+    from nbmemory.store import hot, vectors
 
     emb = FakeEmbedder(dim=32)
     with Memory(tmp_path / "m.duckdb", embedder=emb) as mem:
@@ -124,9 +124,11 @@ def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, m
         mem.remember_many(rare, namespace="rare")
         assert mem.stats()["by_namespace"]["rare"] == 50
         methods = set()
-        # Both paths: exact scan for a selective filter, and HNSW over-fetch (with its fallback).
-        for exact_max in (vectors.EXACT_SCAN_MAX_ROWS, 0):
+        # Every path: the memory-resident index with a filter mask, and through SQL the exact
+        # scan for a selective filter and HNSW over-fetch (with its fallback).
+        for exact_max, served in ((0, True), (vectors.EXACT_SCAN_MAX_ROWS, False), (0, False)):
             monkeypatch.setattr(vectors, "EXACT_SCAN_MAX_ROWS", exact_max)
+            monkeypatch.setattr(hot, "ENABLED", served)
             for query in ("tomato sauce garlic", "meteor shower midnight", "chain tension"):
                 result = mem.search(query, k=10, namespace="rare", config=PipelineConfig(depth=10))
                 assert len(result.hits) == 10, result.explain()
@@ -134,7 +136,7 @@ def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, m
                 vector_stage = result.trace.stage("vector")
                 assert vector_stage is not None and len(vector_stage.output) == 10
                 methods.add(vector_stage.notes["method"])
-        assert "exact" in methods and methods & {"hnsw+filter", "hnsw->exact"}, methods
+        assert {"memory", "exact"} <= methods and methods & {"hnsw+filter", "hnsw->exact"}, methods
 
 
 def _write_corpus(root: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nbmemory.search.base import Query, Retrieved
 from nbmemory.search.filters import Filters
-from nbmemory.store import fts
+from nbmemory.store import fts, hot
 from nbmemory.store.db import Database
 
 #: Results whose matched terms the trace shows.
@@ -32,11 +32,27 @@ class BM25Retriever:
         terms = fts.query_terms(self.db, query.text)
         where, params = filters.sql()
         held: dict[int, set[str]] = {}
-        ranked = fts.search(self.db, terms, depth, where, params, matched=held)
+        with self.db.lock:
+            index = hot.serving(self.db)
+            if index is not None:
+                allowed = None if filters.empty else index.allowed(self.db, where, params)
+                ranked, held = index.bm25(self.db, terms, depth, allowed)
+            else:
+                ranked = fts.search(self.db, terms, depth, where, params, matched=held)
         return Retrieved(
             ranked,
-            notes={"terms": terms, "index_rebuilt": rebuilt},
+            notes={"terms": terms, "index_rebuilt": rebuilt, "method": "memory" if index else "sql"},
             detail={i: "holds " + " ".join(sorted(held.get(i, ()))) for i, _ in ranked[:DETAIL_TOP]},
             terms=terms,
             matched=held,
         )
+
+
+def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], float]:
+    """``({term: (IDF, document frequency)}, IDF of a term no document holds)``: the IDFs BM25
+    scores with, from the memory-resident index when it serves (:func:`nbmemory.store.fts.idfs`)."""
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            return index.idfs(db, terms)
+    return fts.idfs(db, terms)

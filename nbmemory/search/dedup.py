@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -10,8 +11,10 @@ import numpy as np
 _WORD = re.compile(r"\w+")
 
 
+@functools.lru_cache(maxsize=20_000)
 def words(text: str) -> str:
-    """The text's words, lower-cased and single-spaced: what duplicates are compared on."""
+    """The text's words, lower-cased and single-spaced: what duplicates are compared on
+    (cached: the same candidates come back search after search)."""
     return " ".join(_WORD.findall(text.lower()))
 
 

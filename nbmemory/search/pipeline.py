@@ -25,6 +25,7 @@ from nbmemory.search import supersede as supersede_mod
 from nbmemory.search.adaptive import QueryEvidence
 from nbmemory.search.base import Query, Retrieved, Retriever
 from nbmemory.search.bm25 import BM25Retriever
+from nbmemory.search.bm25 import idfs as bm25_idfs
 from nbmemory.search.convex import convex, scale_bm25
 from nbmemory.search.filters import Filters
 from nbmemory.search.fusion import rrf
@@ -491,7 +492,7 @@ class SearchPipeline:
         scaled = scale_bm25(bm25.scores, mass)
         if mass <= 0 or not bm25.terms:
             return scaled
-        idf, _ = fts.idfs(self.db, bm25.terms)
+        idf, _ = bm25_idfs(self.db, bm25.terms)
         for item, terms in bm25.matched.items():
             if item in scaled:
                 held = sum(idf[t][0] for t in terms if t in idf) / mass
@@ -546,7 +547,7 @@ class SearchPipeline:
         if bm25 is None:
             return None
         terms = bm25.terms
-        idf, unseen = fts.idfs(self.db, terms) if terms else ({}, 0.0)
+        idf, unseen = bm25_idfs(self.db, terms) if terms else ({}, 0.0)
         term_of = {name: fts.query_terms(self.db, name) for name in adaptive.identifiers(query)}
         top = bm25.ids[:5]
         return adaptive.fusion_weights(

@@ -45,10 +45,13 @@ R = TypeVar("R", bound=HitRow)
 
 def fetch_rows(db: Database, ids: list[int], row: type[R]) -> dict[int, R]:
     """Id -> ``row`` for each id that is a live chunk; the columns read are ``row``'s fields."""
+    if not ids:
+        return {}
     names = [f.name for f in dataclasses.fields(row)]
+    # Ids inlined (integers): an IN list over the primary key is read through its index, about
+    # twice as fast as joining an unnested parameter.
     found = db.fetchall(
         f"SELECT {', '.join(names)} FROM chunks "
-        "WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NULL",
-        [ids],
+        f"WHERE id IN ({', '.join(str(int(i)) for i in ids)}) AND deleted_at IS NULL"
     )
     return {int(values[0]): row(**dict(zip(names, values, strict=True))) for values in found}

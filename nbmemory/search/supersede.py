@@ -11,7 +11,7 @@ def superseded_by(db: Database, ids: list[int]) -> dict[int, int]:
     A ``supersedes`` link goes from the newer item to the older one (``link(new, old,
     "supersedes")``); a forgotten newer item supersedes nothing.
     """
-    if not ids:
+    if not ids or not _any_links(db):
         return {}
     rows = db.fetchall(
         "SELECT l.dst, l.src FROM links l JOIN chunks c ON c.id = l.src "
@@ -57,3 +57,13 @@ def demote(order: list[tuple[int, float]], newer: dict[int, int]) -> list[tuple[
             s = fixed[-1][1] - 1e-9
         fixed.append((i, s))
     return fixed
+
+
+def _any_links(db: Database) -> bool:
+    # Cached per open file until a link is added (nbmemory.store.items.add_link): most memories
+    # have none, and the question costs a statement per search.
+    cached = db.cache.get("supersedes_links")
+    if not isinstance(cached, bool):
+        cached = bool(db.scalar("SELECT count(*) FROM links WHERE type = 'supersedes'"))
+        db.cache["supersedes_links"] = cached
+    return cached

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from nbmemory.store import fts, vectors
+from nbmemory.store import fts, hot, vectors
 from nbmemory.store.db import Database
 
 
@@ -193,6 +193,7 @@ def purge(db: Database, chunk_ids: list[int]) -> None:
     if not chunk_ids:
         return
     db.cache.pop("fts_corpus", None)  # the delta's size is cached by the BM25 retriever
+    hot.note(db, chunk_ids)
     for table, column in (
         ("vectors", "chunk_id"),
         ("fts_delta", "chunk_id"),
@@ -224,4 +225,5 @@ def soft_delete(db: Database, chunk_ids: list[int], reason: str, now: datetime) 
     db.cache.pop("fts_corpus", None)  # the delta's size is cached by the BM25 retriever
     for table in ("vectors", "fts_delta", "fts_delta_docs"):
         db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [live])
+    hot.note(db, live)
     return len(live)

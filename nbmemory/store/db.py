@@ -48,6 +48,9 @@ class Database:
         self.lock = threading.RLock()
         # Derived facts about the file (index state) that only this process can change.
         self.cache: dict[str, object] = {}
+        #: Counts changes of everything a search reads (FTS snapshot rebuilt, vectors swapped):
+        #: copies held in memory (:mod:`nbmemory.store.hot`) built before one are stale.
+        self.rebuilds = 0
         self.dropped_after_crash: list[str] = []
         wal = Path(f"{self.path}.wal").expanduser()
         unclean = self.path != ":memory:" and not read_only and wal.exists() and wal.stat().st_size > 0

@@ -28,7 +28,9 @@ frequency counted at ``HEADING_WEIGHT`` (a BM25F-style field weight).
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from typing import Any
 
 from nbmemory.store.db import Database
@@ -150,17 +152,15 @@ def rebuild(db: Database) -> int:
             )
     for key in ("fts", "fts_terms", "fts_corpus"):
         db.cache.pop(key, None)
+    db.rebuilds += 1
     return mark
 
 
 def needs_rebuild(db: Database) -> bool:
     if not index_exists(db):
         return True
-    delta = delta_size(db)
-    if delta == 0:
-        return False
-    total = int(db.scalar(f"SELECT num_docs FROM {FTS_SCHEMA}.stats") or 0)
-    return delta >= max(DELTA_REBUILD_MIN, DELTA_REBUILD_FRACTION * total)
+    total, _, delta, _ = corpus_stats(db)
+    return delta > 0 and delta >= max(DELTA_REBUILD_MIN, DELTA_REBUILD_FRACTION * total)
 
 
 def ensure_fresh(db: Database) -> bool:
@@ -212,7 +212,25 @@ def add_delta(db: Database, chunk_ids: list[int]) -> None:
 
 
 def query_terms(db: Database, query: str) -> list[str]:
-    """The query's distinct stemmed terms, tokenized exactly as the index was."""
+    """The query's distinct stemmed terms, tokenized exactly as the index was.
+
+    ASCII text is tokenized here (lower-cased ``[a-z0-9]`` runs, the index's stopwords dropped,
+    then the Snowball Porter stemmer of libstemmer, the library the ``fts`` extension's
+    ``stem`` uses): the same terms as the index's own macros without a SQL round trip
+    (``tests/test_fts_tokenizer.py`` compares the two on every word of the bundled corpora).
+    Other text goes through the index's macros.
+    """
+    if not index_exists(db):
+        return []
+    if query.isascii():
+        stop = _stopwords(db)
+        words = {w for w in _ASCII_SEPARATOR.split(query.lower()) if w and w not in stop}
+        return sorted({t for t in _porter().stemWords(sorted(words)) if t})
+    return sql_query_terms(db, query)
+
+
+def sql_query_terms(db: Database, query: str) -> list[str]:
+    """:func:`query_terms` through the index's own ``tokenize`` and ``stem`` macros."""
     if not index_exists(db):
         return []
     rows = db.fetchall(
@@ -222,6 +240,25 @@ def query_terms(db: Database, query: str) -> list[str]:
         [query],
     )
     return sorted(r[0] for r in rows if r[0])
+
+
+_ASCII_SEPARATOR = re.compile(r"[^a-z0-9]+")
+
+
+@functools.cache
+def _porter() -> Any:
+    import Stemmer  # PyStemmer: libstemmer's C stemmers
+
+    return Stemmer.Stemmer("porter")
+
+
+def _stopwords(db: Database) -> frozenset[str]:
+    cached = db.cache.get("fts_stopwords")
+    if isinstance(cached, frozenset):
+        return cached
+    words = frozenset(str(r[0]) for r in db.fetchall(f"SELECT sw FROM {FTS_SCHEMA}.stopwords"))
+    db.cache["fts_stopwords"] = words
+    return words
 
 
 def _sql_strings(values: list[str]) -> str:
@@ -248,7 +285,7 @@ def _term_stats(db: Database, terms: list[str]) -> list[tuple[str, int | None, i
         for term in missing:
             cache[term] = found.get(term, (None, 0))
     delta_df: dict[str, int] = {}
-    if _corpus_stats(db)[2]:
+    if corpus_stats(db)[2]:
         delta_df = dict(
             db.fetchall(
                 f"SELECT term, count(DISTINCT chunk_id) FROM fts_delta WHERE term IN ({_sql_strings(terms)}) "
@@ -258,7 +295,7 @@ def _term_stats(db: Database, terms: list[str]) -> list[tuple[str, int | None, i
     return [(t, cache[t][0], cache[t][1], int(delta_df.get(t, 0))) for t in terms]
 
 
-def _corpus_stats(db: Database) -> tuple[int, float, int, int]:
+def corpus_stats(db: Database) -> tuple[int, float, int, int]:
     """(snapshot docs, snapshot mean length, delta docs, delta total length), cached until a write."""
     cached = db.cache.get("fts_corpus")
     if isinstance(cached, tuple):
@@ -283,7 +320,7 @@ def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], 
 
     The same IDFs :func:`search` scores with (snapshot and delta counted together).
     """
-    n_idx, _, n_delta, _ = _corpus_stats(db)
+    n_idx, _, n_delta, _ = corpus_stats(db)
     n = float(n_idx) + float(n_delta)
     table = {
         term: (_idf(n, float(df_idx + df_delta)), int(df_idx + df_delta))
@@ -313,7 +350,7 @@ def search(
         return []
     params = params or []
     stats = _term_stats(db, terms)
-    n_idx, avgdl_idx, n_delta, len_delta = _corpus_stats(db)
+    n_idx, avgdl_idx, n_delta, len_delta = corpus_stats(db)
     n = float(n_idx) + float(n_delta)
     avgdl = max((float(n_idx) * float(avgdl_idx) + float(len_delta)) / max(n, 1.0), 1.0)
     idf = {term: _idf(n, float(df_idx) + float(df_delta)) for term, _, df_idx, df_delta, *_ in stats}
@@ -371,5 +408,5 @@ def search(
 
 def corpus_size(db: Database) -> int:
     """Items the BM25 statistics count (snapshot and delta)."""
-    n_idx, _, n_delta, _ = _corpus_stats(db)
+    n_idx, _, n_delta, _ = corpus_stats(db)
     return n_idx + n_delta

@@ -106,6 +106,7 @@ def check_link(src: int, dst: int, type: str) -> None:
 
 def add_link(db: Database, src: int, dst: int, type: str, note: str | None) -> None:
     (link_id,) = chunk_rows.allocate(db, "link_ids", 1)
+    db.cache.pop("supersedes_links", None)
     db.execute(
         "INSERT INTO links VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [link_id, src, dst, type, note, utcnow()],

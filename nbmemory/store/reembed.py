@@ -122,6 +122,7 @@ def swap(
             db.set_meta("model_fingerprint", embedder.fingerprint)
             db.set_meta("model_name", embedder.name)
             db.set_meta("model_dim", embedder.dim)
+        db.rebuilds += 1  # every vector changed
         on_swapped(embedder)
         vectors.create_index(db)
         return int(db.scalar("SELECT count(*) FROM vectors"))

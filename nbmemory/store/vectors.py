@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from nbmemory.embed.base import Embedder
+from nbmemory.store import hot
 from nbmemory.store.db import Database
 
 INDEX_NAME = "vectors_hnsw"
@@ -38,7 +39,7 @@ REBUILD_MIN_WRITES = 1000
 class VectorPlan:
     """How one vector search ran: recorded into the search trace."""
 
-    method: str  # "hnsw", "hnsw+filter", "exact", "hnsw->exact"
+    method: str  # "memory" (nbmemory.store.hot), "hnsw", "hnsw+filter", "exact", "hnsw->exact"
     fetched: int = 0
     matching_rows: int | None = None
 
@@ -191,6 +192,7 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
 
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     note_writes(db, len(chunk_ids))
+    hot.note(db, chunk_ids)
     dim = vectors.shape[1]
     table = pa.table(
         {
@@ -215,6 +217,9 @@ def get_many(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
     if not chunk_ids:
         return {}
     with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            return index.vectors(chunk_ids)
         table = db.execute(
             "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
             [chunk_ids],
@@ -239,8 +244,15 @@ def search(
 
     ``where`` is a condition on alias ``c`` (chunks); ``None`` means every live chunk.
     """
-    qv = query.astype(np.float32).tolist()
     params = params or []
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            allowed = None if where is None else index.allowed(db, where, params)
+            found = index.nearest(query, limit, allowed)
+            matching = None if allowed is None else int(allowed.sum())
+            return [(i, 1.0 - sim) for i, sim in found], VectorPlan("memory", len(found), matching)
+    qv = query.astype(np.float32).tolist()
     live = "c.deleted_at IS NULL" + (f" AND ({where})" if where else "")
     exact_sql = f"""
         SELECT v.chunk_id, array_cosine_distance(v.vec, ?::FLOAT[{dim}]) + 0 AS d

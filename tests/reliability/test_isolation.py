@@ -44,7 +44,7 @@ from nbmemory.cli import main as cli_main
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import SharedMemory, connect
 from nbmemory.search.filters import KINDS
-from nbmemory.store import vectors
+from nbmemory.store import hot, vectors
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -225,8 +225,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
 
 @contextlib.contextmanager
 def vector_path(method: str) -> Iterator[None]:
-    """``exact``: the default threshold (the filtered rows are few); ``hnsw``: HNSW always runs."""
+    """``memory``: the memory-resident index (the default); through SQL, ``exact``: the default
+    threshold (the filtered rows are few); ``hnsw``: HNSW always runs."""
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hot, "ENABLED", method == "memory")
         if method == "hnsw":
             mp.setattr(vectors, "EXACT_SCAN_MAX_ROWS", 10)
         yield
@@ -297,7 +299,12 @@ SETTINGS = settings(
 
 
 @SETTINGS
-@given(query=queries, f=filters_strategy, k=st.integers(1, 60), method=st.sampled_from(["exact", "hnsw"]))
+@given(
+    query=queries,
+    f=filters_strategy,
+    k=st.integers(1, 60),
+    method=st.sampled_from(["memory", "exact", "hnsw"]),
+)
 def test_memory_search_never_leaks(data: Dataset, query: str, f: dict[str, Any], k: int, method: str) -> None:
     with vector_path(method):
         result = data.owner.memory.search(query, k, log=False, **f)
@@ -306,7 +313,12 @@ def test_memory_search_never_leaks(data: Dataset, query: str, f: dict[str, Any],
 
 @pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-@given(query=queries, f=filters_strategy, k=st.integers(1, 60), method=st.sampled_from(["exact", "hnsw"]))
+@given(
+    query=queries,
+    f=filters_strategy,
+    k=st.integers(1, 60),
+    method=st.sampled_from(["memory", "exact", "hnsw"]),
+)
 def test_memory_search_never_leaks_many_examples(
     data: Dataset, query: str, f: dict[str, Any], k: int, method: str
 ) -> None:
@@ -320,7 +332,7 @@ def test_memory_search_never_leaks_many_examples(
     query=queries,
     ns=st.sampled_from(NAMESPACES),
     k=st.integers(1, 30),
-    method=st.sampled_from(["exact", "hnsw"]),
+    method=st.sampled_from(["memory", "exact", "hnsw"]),
 )
 def test_client_over_the_socket_never_leaks(data: Dataset, query: str, ns: str, k: int, method: str) -> None:
     client = _client(data)
@@ -346,6 +358,8 @@ def _client(data: Dataset) -> SharedMemory:
         (BIG, "hnsw", "hnsw+filter"),  # over-fetching 1.5x finds enough of B's 900 rows
         (FAR, "hnsw", "hnsw->exact"),  # the nearest rows are all elsewhere: the fallback runs
         (None, "hnsw", "hnsw"),  # no filter at all
+        (SMALL, "memory", "memory"),  # the memory-resident index (the default), with a filter mask
+        (None, "memory", "memory"),
     ],
 )
 def test_every_vector_path_keeps_to_the_namespace(
@@ -452,7 +466,7 @@ def _magic_json(ip: Any, name: str, line: str) -> Any:
     query=queries,
     ns=st.sampled_from(NAMESPACES),
     k=st.integers(1, 30),
-    method=st.sampled_from(["exact", "hnsw"]),
+    method=st.sampled_from(["memory", "exact", "hnsw"]),
 )
 def test_memsearch_with_ns_and_with_the_configured_namespace(
     shell: Any, data: Dataset, query: str, ns: str, k: int, method: str
@@ -577,7 +591,7 @@ def test_rest_search_and_related_keep_to_ns(jp_fetch: Any, jp_asyncio_loop: Any,
         params: dict[str, Any] = {"q": query, "k": str(k), "ns": ns, "explain": "1"}
         if kinds:
             params["kind"] = kinds[0]
-        with vector_path("hnsw" if i % 2 else "exact"):
+        with vector_path(("memory", "exact", "hnsw")[i % 3]):
             body = get("search", params=params)
         check("REST search", data, {"namespace": ns, "kind": kinds}, body["hits"], k, body["trace"])
     for ns in (SMALL, "A_", "ns/x"):

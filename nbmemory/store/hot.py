@@ -1,0 +1,433 @@
+"""Memory-resident copies of what a search reads: the vectors as one matrix, BM25 postings as arrays.
+
+DuckDB stays the store of record, and its ``fts`` extension builds the index these postings come
+from (:mod:`nbmemory.store.fts`). A search through SQL pays a fixed cost per statement and scores
+BM25 with a join (12-25 ms at 43k chunks); the same scores from arrays held in the process take
+well under a millisecond, and an exact cosine scan of 43k x 384 floats about one. So a search is
+served from here once the copies are built, and through SQL until then (and when
+``NBMEMORY_HOT=0``): both give the same rankings (``tests/search/test_hot.py``).
+
+Keeping in step: only this process writes the file (DuckDB's lock). Every write path tells the
+index which chunks it wrote or deleted (:func:`note`); the next search re-reads those chunks'
+vectors and liveness and the (small) BM25 delta before it runs. A change of everything (an FTS
+snapshot rebuild, a re-embed swap, a rolled-back transaction, which clears ``db.cache``) drops
+the copies; they are rebuilt in a background thread while searches use SQL, so no search or
+write waits for a rebuild.
+
+Scores are those of :func:`nbmemory.store.fts.search` (BM25 over the snapshot for chunks written
+before its watermark, over the delta for later ones, IDFs over both) and exact cosine similarity.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nbmemory.store import fts
+from nbmemory.store.db import Database
+
+#: ``NBMEMORY_HOT=0`` serves every search through SQL (the reference path).
+ENABLED = os.environ.get("NBMEMORY_HOT", "1") != "0"
+_KEY = "hot"
+#: Up to this many chunks the copies are built in the search that first needs them (a few
+#: tens of milliseconds); above it in a background thread while SQL serves.
+SYNC_BUILD_ROWS = 20_000
+
+
+@dataclass
+class _Delta:
+    """The BM25 delta as the search reads it: per term, the rows holding it and their weighted tf
+    (with the length of each), and per term the chunks holding it (purged ones too, as in SQL)."""
+
+    postings: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    df: dict[str, int] = field(default_factory=dict)
+
+
+class HotIndex:
+    """Arrays over every chunk (live or not), row ``r`` holding chunk ``ids[r]``; ids ascend.
+
+    Built by :meth:`build` from the store; kept in step by :meth:`sync`; read by :meth:`bm25`,
+    :meth:`nearest` and :meth:`vectors`. Callers hold ``db.lock``.
+    """
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.rebuilds = -1  # db.rebuilds when built: a later rebuild of everything makes this stale
+        self.error: str | None = None
+        self.build_ms = 0.0
+        self.pending: set[int] = set()
+        self.ids = np.empty(0, dtype=np.int64)
+        self.live = np.empty(0, dtype=bool)
+        self.snapshot = np.empty(0, dtype=bool)  # scored from the FTS snapshot (seq <= watermark)
+        self.mat = np.empty((0, 0), dtype=np.float32)
+        self.inv_norm = np.empty(0, dtype=np.float32)  # 0 where a chunk has no vector
+        self.n = 0
+        self.terms: dict[str, tuple[int, int]] = {}  # snapshot term -> (term id, df)
+        self.offsets = np.zeros(1, dtype=np.int64)
+        self.post_rows = np.empty(0, dtype=np.int64)
+        self.post_tf = np.empty(0, dtype=np.float64)
+        self.post_len = np.empty(0, dtype=np.float64)
+        self.delta = _Delta()
+
+    # -- building ---------------------------------------------------------------------------
+    def build(self, db: Database) -> None:
+        """Read everything from the store (under its lock): chunks, vectors, snapshot postings, delta."""
+        started = time.perf_counter()
+        with db.lock:
+            self.pending.clear()
+            self.rebuilds = db.rebuilds
+            chunks = db.execute(
+                "SELECT id, deleted_at IS NULL AS live, seq FROM chunks ORDER BY id"
+            ).to_arrow_table()
+            self.ids = chunks.column("id").to_numpy().astype(np.int64)
+            self.n = len(self.ids)
+            self.live = chunks.column("live").to_numpy(zero_copy_only=False).astype(bool)
+            seq = chunks.column("seq").to_numpy(zero_copy_only=False)
+            self.snapshot = (seq <= fts.watermark(db)) & self.live
+            self._read_vectors(db)
+            self._read_postings(db)
+            self._read_delta(db)
+        self.build_ms = (time.perf_counter() - started) * 1000
+        self.ready = True
+
+    def _read_vectors(self, db: Database) -> None:
+        self.mat = np.zeros((self.n, 0), dtype=np.float32)
+        self.inv_norm = np.zeros(self.n, dtype=np.float32)
+        if not db.table_exists("vectors"):
+            return
+        table = db.execute("SELECT chunk_id, vec FROM vectors").to_arrow_table()
+        dim = int(table.schema.field("vec").type.list_size)
+        self.mat = np.zeros((self.n, dim), dtype=np.float32)
+        if table.num_rows == 0 or self.n == 0:
+            return
+        ids = table.column("chunk_id").to_numpy()
+        flat = table.column("vec").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        vecs = flat.astype(np.float32, copy=False).reshape(table.num_rows, dim)
+        rows, found = self.rows_of(ids)
+        self._put_vectors(rows[found], vecs[found])
+
+    def _put_vectors(self, rows: np.ndarray, vecs: np.ndarray) -> None:
+        self.mat[rows] = vecs
+        norms = np.linalg.norm(vecs, axis=1)
+        self.inv_norm[rows] = np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0)
+
+    def _read_postings(self, db: Database) -> None:
+        self.terms, self.offsets = {}, np.zeros(1, dtype=np.int64)
+        self.post_rows = np.empty(0, dtype=np.int64)
+        if not fts.index_exists(db):
+            return
+        self.terms = {
+            str(term): (int(tid), int(df))
+            for term, tid, df in db.fetchall(f"SELECT term, termid, df FROM {fts.FTS_SCHEMA}.dict")
+        }
+        # fts_postings is sorted by (termid, chunk_id): one CSR row per term id.
+        post = db.execute("SELECT termid, chunk_id, tf, len FROM fts_postings").to_arrow_table()
+        termids = post.column("termid").to_numpy()
+        rows, found = self.rows_of(post.column("chunk_id").to_numpy())
+        size = (max(tid for tid, _ in self.terms.values()) + 1) if self.terms else 0
+        size = max(size, int(termids.max()) + 1 if len(termids) else 0)
+        self.offsets = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(termids, minlength=size), out=self.offsets[1:])
+        # A chunk purged since the snapshot keeps its postings there: row -1, never scored.
+        self.post_rows = np.where(found, rows, -1)
+        self.post_tf = post.column("tf").to_numpy().astype(np.float64)
+        self.post_len = post.column("len").to_numpy().astype(np.float64)
+
+    def _read_delta(self, db: Database) -> None:
+        delta = _Delta()
+        if fts.index_exists(db) and fts.corpus_stats(db)[2]:
+            table = db.execute(
+                f"""
+                SELECT term, chunk_id,
+                       sum(CASE WHEN field = 0 THEN tf ELSE {fts.HEADING_WEIGHT} * tf END)::DOUBLE AS tf
+                FROM fts_delta GROUP BY term, chunk_id ORDER BY term, chunk_id
+                """
+            ).to_arrow_table()
+            terms = table.column("term").to_pylist()
+            rows, found = self.rows_of(table.column("chunk_id").to_numpy())
+            tfs = table.column("tf").to_numpy()
+            lengths = db.execute("SELECT chunk_id, len FROM fts_delta_docs").to_arrow_table()
+            length = np.zeros(self.n, dtype=np.float64)
+            lrows, lfound = self.rows_of(lengths.column("chunk_id").to_numpy())
+            length[lrows[lfound]] = lengths.column("len").to_numpy()[lfound]
+            start = 0
+            for end in range(1, len(terms) + 1):
+                if end == len(terms) or terms[end] != terms[start]:
+                    keep = found[start:end]
+                    at = rows[start:end][keep]
+                    delta.postings[terms[start]] = (at, tfs[start:end][keep], length[at])
+                    delta.df[terms[start]] = end - start
+                    start = end
+        self.delta = delta
+
+    # -- keeping in step --------------------------------------------------------------------
+    def sync(self, db: Database) -> bool:
+        """Apply the writes noted since the last search. False when they need a rebuild instead."""
+        if not self.pending:
+            return True
+        changed = np.array(sorted(self.pending), dtype=np.int64)
+        self.pending.clear()
+        rows = db.execute(
+            "SELECT id, deleted_at IS NULL AS live, seq FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
+            [changed.tolist()],
+        ).fetchall()
+        state = {int(i): (bool(live), int(seq)) for i, live, seq in rows}
+        new = np.array(sorted(i for i in state if i > (self.ids[-1] if self.n else -1)), dtype=np.int64)
+        if len(new):
+            self._grow(new)
+        at, found = self.rows_of(changed)
+        if not found[np.isin(changed, list(state))].all():
+            return False  # a chunk id below the newest one that this index never saw
+        mark = fts.watermark(db)
+        for chunk_id, row, ok in zip(changed.tolist(), at.tolist(), found.tolist(), strict=True):
+            if not ok:
+                continue
+            live, seq = state.get(chunk_id, (False, 0))
+            self.live[row] = live
+            self.snapshot[row] = live and seq <= mark
+        fresh = vectors_of(db, changed.tolist())
+        self.inv_norm[at[found]] = 0.0  # a forgotten chunk's vector is deleted with it
+        if fresh:
+            got = np.array(list(fresh), dtype=np.int64)
+            at_got, ok_got = self.rows_of(got)
+            if self.mat.shape[1] == 0 or not ok_got.all():
+                return False
+            self._put_vectors(at_got, np.stack([fresh[int(i)] for i in got]))
+        self._read_delta(db)
+        return True
+
+    def _grow(self, new_ids: np.ndarray) -> None:
+        count = len(new_ids)
+        self.ids = np.concatenate([self.ids, new_ids])
+        self.live = np.concatenate([self.live, np.zeros(count, dtype=bool)])
+        self.snapshot = np.concatenate([self.snapshot, np.zeros(count, dtype=bool)])
+        dim = self.mat.shape[1]
+        self.mat = np.concatenate([self.mat, np.zeros((count, dim), dtype=np.float32)])
+        self.inv_norm = np.concatenate([self.inv_norm, np.zeros(count, dtype=np.float32)])
+        self.n = len(self.ids)
+
+    def rows_of(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row of each chunk id, whether this index holds it)."""
+        ids = np.asarray(chunk_ids, dtype=np.int64)
+        if self.n == 0:
+            return np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids), dtype=bool)
+        at = np.searchsorted(self.ids, ids)
+        at = np.minimum(at, self.n - 1)
+        return at, self.ids[at] == ids
+
+    # -- reading ----------------------------------------------------------------------------
+    def allowed(self, db: Database, where: str, params: list[Any]) -> np.ndarray:
+        """Mask of the live rows matching a filter (a condition on alias ``c``, the chunks table)."""
+        mask = np.zeros(self.n, dtype=bool)
+        table = db.execute(
+            f"SELECT c.id FROM chunks c WHERE c.deleted_at IS NULL AND ({where})", params
+        ).to_arrow_table()
+        at, found = self.rows_of(table.column("id").to_numpy())
+        mask[at[found]] = True
+        return mask & self.live
+
+    def bm25(
+        self, db: Database, terms: list[str], limit: int, allowed: np.ndarray | None
+    ) -> tuple[list[tuple[int, float]], dict[int, set[str]]]:
+        """Top ``limit`` (chunk id, BM25 score), best first, ties by id; and the terms each holds.
+
+        The scores of :func:`nbmemory.store.fts.search`, computed from the arrays.
+        """
+        if not terms or not fts.index_exists(db) or self.n == 0:
+            return [], {}
+        n_idx, avgdl_idx, n_delta, len_delta = fts.corpus_stats(db)
+        n = float(n_idx) + float(n_delta)
+        avgdl = max((float(n_idx) * float(avgdl_idx) + float(len_delta)) / max(n, 1.0), 1.0)
+        scores = np.zeros(self.n, dtype=np.float64)
+        holds = np.zeros(self.n, dtype=bool)
+        snapshot_ok = self.snapshot if allowed is None else self.snapshot & allowed
+        delta_ok = self.live if allowed is None else allowed
+        term_rows: dict[str, np.ndarray] = {}
+        for term in terms:
+            tid, df_idx = self.terms.get(term, (None, 0))
+            idf = _idf(n, float(df_idx) + float(self.delta.df.get(term, 0)))
+            parts = []
+            if tid is not None and tid + 1 < len(self.offsets):
+                lo, hi = self.offsets[tid], self.offsets[tid + 1]
+                rows = self.post_rows[lo:hi]
+                keep = rows >= 0
+                keep[keep] = snapshot_ok[rows[keep]]
+                rows, tf, length = rows[keep], self.post_tf[lo:hi][keep], self.post_len[lo:hi][keep]
+                scores[rows] += _bm25(idf, tf, length, avgdl)
+                parts.append(rows)
+            if term in self.delta.postings:
+                rows, tf, length = self.delta.postings[term]
+                keep = delta_ok[rows]
+                rows, tf, length = rows[keep], tf[keep], length[keep]
+                scores[rows] += _bm25(idf, tf, length, avgdl)
+                parts.append(rows)
+            if parts:
+                held = np.concatenate(parts)
+                holds[held] = True
+                term_rows[term] = held
+        candidates = np.flatnonzero(holds)
+        top = _top(candidates, scores[candidates], self.ids, limit)
+        ranked = [(int(self.ids[r]), float(scores[r])) for r in top]
+        matched: dict[int, set[str]] = {}
+        for term, rows in term_rows.items():
+            for r in top[np.isin(top, rows)]:
+                matched.setdefault(int(self.ids[r]), set()).add(term)
+        return ranked, matched
+
+    def idfs(self, db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], float]:
+        """:func:`nbmemory.store.fts.idfs` from the arrays: ({term: (IDF, df)}, IDF of an unseen term)."""
+        n_idx, _, n_delta, _ = fts.corpus_stats(db)
+        n = float(n_idx) + float(n_delta)
+        table = {}
+        for term in terms:
+            df = self.terms.get(term, (None, 0))[1] + self.delta.df.get(term, 0)
+            table[term] = (_idf(n, float(df)), int(df))
+        return table, _idf(n, 0.0)
+
+    def nearest(self, query: np.ndarray, limit: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
+        """Top ``limit`` (chunk id, cosine similarity) by an exact scan, best first, ties by id."""
+        if self.n == 0:
+            return []
+        q = np.asarray(query, dtype=np.float32)
+        norm = float(np.linalg.norm(q))
+        if norm > 0:
+            q = q / norm
+        sims = (self.mat @ q) * self.inv_norm
+        ok = self.live & (self.inv_norm > 0)
+        if allowed is not None:
+            ok &= allowed
+        candidates = np.flatnonzero(ok)
+        # The scan's float32 BLAS may round two equal vectors differently: the best few are
+        # scored again in float64, row by row (equal vectors, equal scores; ties by id).
+        head = _top(candidates, sims[candidates], self.ids, limit + RESCORE_MARGIN)
+        exact = _cosine64(self.mat[head], query)
+        order = _top(np.arange(len(head)), exact, self.ids[head], limit)
+        return [(int(self.ids[head[j]]), float(exact[j])) for j in order]
+
+    def vectors(self, chunk_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        """The stored vectors of those chunk ids this index holds (copies)."""
+        ids = np.fromiter(chunk_ids, dtype=np.int64)
+        at, found = self.rows_of(ids)
+        if self.n:
+            found &= self.inv_norm[at] > 0
+        return {int(i): self.mat[r].copy() for i, r, ok in zip(ids, at, found, strict=True) if ok}
+
+
+def vectors_of(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
+    rows = db.fetchall(
+        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
+    )
+    return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
+
+
+def _idf(n: float, df: float) -> float:
+    return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+
+
+def _bm25(idf: float, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:
+    return idf * tf * ((fts.K1 + 1) / (tf + fts.K1 * (1 - fts.B + fts.B * length / avgdl)))
+
+
+#: Candidates beyond the limit whose float32 score is checked again in float64.
+RESCORE_MARGIN = 16
+
+
+def _cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row to ``query`` in float64, each row summed the same way."""
+    v = vecs.astype(np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.sqrt((v * v).sum(axis=1)) * math.sqrt(float((q * q).sum()))
+    return np.where(norms > 0, (v * q).sum(axis=1) / np.where(norms > 0, norms, 1.0), 0.0)
+
+
+def _top(rows: np.ndarray, scores: np.ndarray, ids: np.ndarray, limit: int) -> np.ndarray:
+    """Rows of the ``limit`` best scores, best first, equal scores by ascending chunk id."""
+    if len(rows) > limit:
+        # Everything tied with the limit-th score stays in, so the id tie-break is exact.
+        cut = np.partition(-scores, limit - 1)[limit - 1]
+        keep = -scores <= cut
+        rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((ids[rows], -scores))[:limit]
+    return rows[order]
+
+
+# -- one index per open file -----------------------------------------------------------------
+
+
+def serving(db: Database) -> HotIndex | None:
+    """The index, in step with the store, when it is ready; otherwise None (and a build starts).
+
+    Call with ``db.lock`` held.
+    """
+    if not ENABLED or db.read_only:
+        return None
+    index = db.cache.get(_KEY)
+    if not isinstance(index, HotIndex):
+        index = HotIndex()
+        db.cache[_KEY] = index
+        if int(db.scalar("SELECT count(*) FROM chunks")) > SYNC_BUILD_ROWS:
+            _start_build(db, index)
+            return None
+        index.build(db)
+    if not index.ready:
+        return None
+    if index.rebuilds != db.rebuilds or not index.sync(db):
+        reset(db)
+        return None
+    return index
+
+
+def _start_build(db: Database, index: HotIndex) -> None:
+    def run() -> None:
+        try:
+            index.build(db)
+        except Exception as exc:  # a closed file, a concurrent schema change: SQL keeps serving
+            index.error = f"{type(exc).__name__}: {exc}"
+            with db.lock:
+                if db.cache.get(_KEY) is index:
+                    db.cache.pop(_KEY, None)
+
+    threading.Thread(target=run, name="nbmemory-hot-index", daemon=True).start()
+
+
+def ensure(db: Database) -> HotIndex | None:
+    """The serving index, built now (blocking) if it is not ready; None when disabled."""
+    if not ENABLED or db.read_only:
+        return None
+    with db.lock:
+        index = db.cache.get(_KEY)
+        if not (isinstance(index, HotIndex) and index.ready):
+            index = HotIndex()
+            index.build(db)
+            db.cache[_KEY] = index
+        return serving(db)
+
+
+def state(db: Database) -> str:
+    """``serving``, ``building``, ``off`` or ``not built``: for ``doctor`` and the trace."""
+    if not ENABLED:
+        return "off"
+    index = db.cache.get(_KEY)
+    if not isinstance(index, HotIndex):
+        return "not built"
+    return "serving" if index.ready else "building"
+
+
+def note(db: Database, chunk_ids: Iterable[int]) -> None:
+    """Chunks written or deleted (inside the writer's transaction): the next search re-reads them."""
+    index = db.cache.get(_KEY)
+    if isinstance(index, HotIndex):
+        index.pending.update(int(i) for i in chunk_ids)
+
+
+def reset(db: Database) -> None:
+    """Everything changed (FTS snapshot rebuilt, vectors swapped): drop the copies; the next
+    search starts a background rebuild and runs through SQL meanwhile."""
+    db.cache.pop(_KEY, None)

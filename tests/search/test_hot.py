@@ -1,0 +1,156 @@
+"""The memory-resident index (:mod:`nbmemory.store.hot`) ranks exactly as the SQL path does:
+on real notes, with and without filters, after writes it learns incrementally, and while it is
+being rebuilt in the background (searches then go through SQL)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nbmemory import Memory, PipelineConfig
+from nbmemory.embed import FakeEmbedder
+from nbmemory.search.filters import Filters
+from nbmemory.store import fts, hot, vectors
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTES = ROOT / "tests" / "data" / "til"
+QUESTIONS = [json.loads(line)["query"] for line in (ROOT / "bench" / "data" / "notes-queries.jsonl").open()]
+FILTERS = [{}, {"kind": "markdown"}, {"path": "*/git/*"}, {"namespace": "other"}, {"tags": ["x"]}]
+
+
+@pytest.fixture(scope="module")
+def notes() -> Iterator[Memory]:
+    import tempfile
+
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        Memory(Path(folder) / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem,
+    ):
+        mem.index(NOTES)
+        mem.remember("a remembered note about git rebase onto main", namespace="other", tags=["x"])
+        yield mem
+
+
+def ranked(mem: Memory, query: str, served: bool, config: PipelineConfig | None = None, **filters):  # type: ignore[no-untyped-def]
+    """(ids, scores) of a search, each retriever's stage too, through the index or through SQL
+    (with an exact vector scan: HNSW's approximate tail differs from any exact ranking)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hot, "ENABLED", served)
+        mp.setattr(vectors, "index_exists", lambda db: False)
+        result = mem.search(query, k=10, log=False, config=config, **filters)
+    method = "memory" if served else "sql"
+    for name in ("bm25", "vector"):
+        stage = result.trace.stage(name)
+        if stage is not None:
+            assert (stage.notes["method"] == "memory") == served, (name, stage.notes, method)
+    stages = {
+        name: [(i, stage.scores[i]) for i in stage.output]
+        for name in ("bm25", "vector", "convex")
+        if (stage := result.trace.stage(name)) is not None
+    }
+    return [h.id for h in result.hits], [h.score for h in result.hits], stages
+
+
+def assert_same(a, b, what: str) -> None:  # type: ignore[no-untyped-def]
+    ids_a, scores_a, stages_a = a
+    ids_b, scores_b, stages_b = b
+    assert ids_a == ids_b, what
+    assert scores_a == pytest.approx(scores_b, abs=1e-5), what
+    for name in stages_a:
+        same_order_up_to_float32(stages_a[name], stages_b[name], f"{what} ({name})")
+
+
+def same_order_up_to_float32(a: list[tuple[int, float]], b: list[tuple[int, float]], what: str) -> None:
+    """``a`` and ``b`` hold the same candidates with the same scores (to float32 precision: DuckDB's
+    cosine and numpy's), in the same order except between candidates whose scores agree that far."""
+    tol = 1e-5
+    score_a, score_b = dict(a), dict(b)
+    cut_a, cut_b = a[-1][1] if a else 0.0, b[-1][1] if b else 0.0
+    for i, s in a:
+        assert (i in score_b and score_b[i] == pytest.approx(s, abs=tol)) or s <= cut_b + tol, (what, i)
+    for i, s in b:
+        assert i in score_a or s <= cut_a + tol, (what, i)
+    later_best = -1.0
+    for i, _ in reversed([p for p in a if p[0] in score_b]):
+        assert score_b[i] >= later_best - tol, (what, i)
+        later_best = max(later_best, score_b[i])
+
+
+def test_rankings_equal_the_sql_path_on_real_notes_with_and_without_filters(notes: Memory) -> None:
+    assert len(QUESTIONS) >= 150
+    for n, query in enumerate(QUESTIONS):
+        filters = FILTERS[n % len(FILTERS)]
+        assert_same(ranked(notes, query, True, **filters), ranked(notes, query, False, **filters), query)
+    # Each retriever alone, and a deep flat list (every candidate of the pool compared).
+    for config in (
+        PipelineConfig.plain(("bm25",)),
+        PipelineConfig.plain(("vector",)),
+        PipelineConfig(group=False, depth=200),
+    ):
+        for query in QUESTIONS[:20]:
+            assert_same(ranked(notes, query, True, config), ranked(notes, query, False, config), query)
+
+
+def test_writes_reach_the_index_without_a_rebuild(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        mem.index(NOTES / "git")
+        index = hot.ensure(mem.db)
+        assert index is not None
+        first = mem.remember("zanzibar quokka deployment checklist for the staging cluster")
+        second = mem.remember("quokka feeding schedule", tags=["zoo"])
+        mem.update(second.id, text="quokka feeding schedule moved to the zanzibar office")
+        gone = mem.search("git bisect skip", k=1, log=False).ids[0]
+        mem.forget(gone)
+        assert fts.corpus_stats(mem.db)[2] > 0  # the new texts are in the BM25 delta
+        for query in ("zanzibar quokka", "quokka feeding office", "git bisect skip", "staging cluster"):
+            for filters in ({}, {"tags": ["zoo"]}, {"kind": "markdown"}):
+                assert_same(ranked(mem, query, True, **filters), ranked(mem, query, False, **filters), query)
+        assert hot.serving(mem.db) is index  # kept in step, not rebuilt
+        served = mem.search("zanzibar quokka", k=5, log=False).ids
+        assert first.id in served and second.id in served and gone not in served
+        assert gone not in mem.search("git bisect skip", k=50, log=False).ids
+
+
+def test_a_search_during_a_background_rebuild_is_served_through_sql_with_the_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        mem.index(NOTES / "git", NOTES / "vim")
+        expected = {q: ranked(mem, q, False) for q in QUESTIONS[:10]}
+        monkeypatch.setattr(hot, "SYNC_BUILD_ROWS", 0)  # as for a large memory: build in the background
+        release, started = threading.Event(), threading.Event()
+        build = hot.HotIndex.build
+
+        def slow_build(self: hot.HotIndex, db) -> None:  # type: ignore[no-untyped-def]
+            started.set()
+            assert release.wait(30)
+            build(self, db)
+
+        monkeypatch.setattr(hot.HotIndex, "build", slow_build)
+        hot.reset(mem.db)
+        for query, want in expected.items():
+            got = mem.search(query, k=10, log=False)
+            assert started.is_set() and hot.state(mem.db) == "building"
+            assert got.trace.stage("bm25").notes["method"] == "sql"  # type: ignore[union-attr]
+            assert [h.id for h in got.hits] == want[0], query
+        release.set()
+        for _ in range(200):
+            if hot.state(mem.db) == "serving":
+                break
+            threading.Event().wait(0.05)
+        for query, want in expected.items():
+            assert_same(ranked(mem, query, True), want, query)
+
+
+def test_an_unknown_filter_value_and_an_empty_store_give_empty_results(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        assert mem.search("anything at all", log=False).hits == []
+        mem.remember("one note about postgres vacuum")
+        assert mem.search("postgres", namespace="nowhere", log=False).hits == []
+        assert mem.search("postgres", log=False).ids
+        assert hot.state(mem.db) == "serving"
+        assert Filters().empty
