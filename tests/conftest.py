@@ -74,3 +74,13 @@ def mem(tmp_path: Path, real_embedder: SentenceTransformerEmbedder) -> Iterator[
 def fake_mem(tmp_path: Path, fake_embedder: FakeEmbedder) -> Iterator[Memory]:
     with Memory(tmp_path / "f.duckdb", embedder=fake_embedder) as memory:
         yield memory
+
+
+@pytest.fixture
+def sql_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Searches through SQL with a persisted HNSW index (``NBMEMORY_HOT=0``), here and in child
+    processes: for tests of that machinery, which the memory-resident index replaces by default."""
+    from nbmemory.store import hot
+
+    monkeypatch.setattr(hot, "ENABLED", False)
+    monkeypatch.setenv("NBMEMORY_HOT", "0")

@@ -117,6 +117,7 @@ def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, m
     from nbmemory.store import hot, vectors
 
     emb = FakeEmbedder(dim=32)
+    monkeypatch.setattr(hot, "ENABLED", False)  # built with the HNSW index the SQL path uses
     with Memory(tmp_path / "m.duckdb", embedder=emb) as mem:
         texts = filler(5000, seed=3)
         rare = [t for i, t in enumerate(texts) if i % 100 == 7]

@@ -158,6 +158,7 @@ def test_fts_snapshot_is_rebuilt_when_the_delta_grows(fake_mem: Memory, monkeypa
     assert fts.delta_size(fake_mem.db) == 0
 
 
+@pytest.mark.usefixtures("sql_path")
 def test_doctor_finds_and_repairs_damage(fake_mem: Memory) -> None:
     items = [fake_mem.remember(f"fact {i} about caching") for i in range(12)]
     assert fake_mem.doctor().ok
@@ -189,6 +190,7 @@ def test_hnsw_is_derived_data_rebuilt_from_vectors(fake_mem: Memory) -> None:
     assert len(result.hits) == 10 and all(h.id in {i.id for i in items[30:]} for h in result.hits)
 
 
+@pytest.mark.usefixtures("sql_path")
 def test_bulk_loads_rebuild_the_hnsw_index_once_and_a_lost_index_is_rebuilt_on_open(
     tmp_path: Path, monkeypatch
 ) -> None:

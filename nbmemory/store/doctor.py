@@ -10,7 +10,7 @@ import numpy as np
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import NbMemoryError
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, reembed, vectors
+from nbmemory.store import fts, hot, reembed, vectors
 from nbmemory.store.db import CATALOG, Database
 from nbmemory.store.migrations import SCHEMA_VERSION
 
@@ -186,9 +186,12 @@ def run_doctor(
             lambda: fts.rebuild(db),
         )
 
-    # HNSW: present, and a stored vector finds its own item first.
+    # The vector index: the memory-resident copy (the default), or HNSW when searches go
+    # through SQL: present, and a stored vector finds its own item first.
     live_vectors = int(db.scalar("SELECT count(*) FROM vectors"))
-    if not vectors.index_exists(db):
+    if not vectors.persisted(db):
+        add("vector index", True, _memory_index(db, live_vectors), None)
+    elif not vectors.index_exists(db):
         add("vector index", live_vectors == 0, "HNSW index missing", lambda: vectors.rebuild_index(db))
     elif live_vectors:
         probe = db.fetchall("SELECT chunk_id, vec FROM vectors USING SAMPLE 5 ROWS (reservoir, 7)")
@@ -220,6 +223,22 @@ def run_doctor(
             lambda: vectors.rebuild_index(db),
         )
     return report
+
+
+def _memory_index(db: Database, live_vectors: int) -> str:
+    """What the memory-resident index is doing: derived data, never a failure while it builds."""
+    state = hot.state(db)
+    if state == "building":
+        return (
+            f"in memory, being built in the background from the {live_vectors} stored vectors "
+            "(searches go through SQL until it is ready)"
+        )
+    if state == "serving":
+        index = hot.serving(db)
+        if index is not None:
+            held = int(index.live.sum())
+            return f"in memory: {held} live items, {live_vectors} vectors (built in {index.build_ms:.0f} ms)"
+    return f"in memory, built at the first search from the {live_vectors} stored vectors"
 
 
 def _in_tx(db: Database, fn: Callable[[], object]) -> None:

@@ -67,7 +67,8 @@ class HotIndex:
         self.live = np.empty(0, dtype=bool)
         self.snapshot = np.empty(0, dtype=bool)  # scored from the FTS snapshot (seq <= watermark)
         self.mat = np.empty((0, 0), dtype=np.float32)
-        self.inv_norm = np.empty(0, dtype=np.float32)  # 0 where a chunk has no vector
+        self.inv_norm = np.empty(0, dtype=np.float32)  # 0 where a chunk has no vector (or a zero one)
+        self.has_vec = np.empty(0, dtype=bool)
         self.n = 0
         self.terms: dict[str, tuple[int, int]] = {}  # snapshot term -> (term id, df)
         self.offsets = np.zeros(1, dtype=np.int64)
@@ -100,6 +101,7 @@ class HotIndex:
     def _read_vectors(self, db: Database) -> None:
         self.mat = np.zeros((self.n, 0), dtype=np.float32)
         self.inv_norm = np.zeros(self.n, dtype=np.float32)
+        self.has_vec = np.zeros(self.n, dtype=bool)
         if not db.table_exists("vectors"):
             return
         table = db.execute("SELECT chunk_id, vec FROM vectors").to_arrow_table()
@@ -115,6 +117,7 @@ class HotIndex:
 
     def _put_vectors(self, rows: np.ndarray, vecs: np.ndarray) -> None:
         self.mat[rows] = vecs
+        self.has_vec[rows] = True
         norms = np.linalg.norm(vecs, axis=1)
         self.inv_norm[rows] = np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0)
 
@@ -194,6 +197,7 @@ class HotIndex:
             self.snapshot[row] = live and seq <= mark
         fresh = vectors_of(db, changed.tolist())
         self.inv_norm[at[found]] = 0.0  # a forgotten chunk's vector is deleted with it
+        self.has_vec[at[found]] = False
         if fresh:
             got = np.array(list(fresh), dtype=np.int64)
             at_got, ok_got = self.rows_of(got)
@@ -211,6 +215,7 @@ class HotIndex:
         dim = self.mat.shape[1]
         self.mat = np.concatenate([self.mat, np.zeros((count, dim), dtype=np.float32)])
         self.inv_norm = np.concatenate([self.inv_norm, np.zeros(count, dtype=np.float32)])
+        self.has_vec = np.concatenate([self.has_vec, np.zeros(count, dtype=bool)])
         self.n = len(self.ids)
 
     def rows_of(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -316,7 +321,7 @@ class HotIndex:
         ids = np.fromiter(chunk_ids, dtype=np.int64)
         at, found = self.rows_of(ids)
         if self.n:
-            found &= self.inv_norm[at] > 0
+            found &= self.has_vec[at]
         return {int(i): self.mat[r].copy() for i, r, ok in zip(ids, at, found, strict=True) if ok}
 
 

@@ -84,8 +84,23 @@ def drop_index(db: Database) -> None:
     db.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
 
 
+def persisted(db: Database) -> bool:
+    """Whether this process keeps a persisted HNSW graph: only when searches go through SQL.
+
+    With the memory-resident index serving (:mod:`nbmemory.store.hot`, the default) the graph
+    would only cost: inserts pay for updating it, its rebuilds make a write wait (a minute at
+    50k rows), and a crash's log replay can corrupt it (DESIGN.md, note 2). So it is not built,
+    and one found in the file is dropped instead of being rebuilt. ``NBMEMORY_HOT=0`` keeps it.
+    """
+    return not hot.ENABLED or db.read_only
+
+
 def create_index(db: Database) -> None:
+    """Build the HNSW index over the stored vectors, when this process keeps one (:func:`persisted`)."""
     db.cache.pop("hnsw", None)
+    if not persisted(db):
+        drop_index(db)
+        return
     if not index_exists(db):
         _close_row_gaps(db)
         db.cache.pop("hnsw", None)
@@ -162,7 +177,12 @@ def bulk_load(db: Database, active: bool) -> Iterator[None]:
 
 
 def ensure_index(db: Database) -> bool:
-    """Create the HNSW index if vectors exist without one; True if it was built."""
+    """Create the HNSW index if vectors exist without one; True if it was built. Where this
+    process keeps none (:func:`persisted`), one found in the file is dropped instead."""
+    if not persisted(db):
+        if index_exists(db):
+            drop_index(db)
+        return False
     if db.table_exists("vectors") and not index_exists(db):
         create_index(db)
         return True

@@ -27,6 +27,10 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.store import vectors
 from tests.reliability.crash_harness import PHASES, Kill, run_campaign
 
+# The kills land inside HNSW persistence and rebuilds: the SQL path's machinery, which the
+# memory-resident index (the default) does without; tests/search/test_hot.py covers a crash there.
+pytestmark = pytest.mark.usefixtures("sql_path")
+
 REPO = Path(__file__).resolve().parents[2]
 
 # One kill per workload, each aimed at a window where a crash used to do, or could do, damage.

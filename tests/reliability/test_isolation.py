@@ -177,6 +177,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
     os.environ["NBMEMORY_RUNTIME_DIR"] = str(root / "run")
     rng = random.Random(8)
     path = root / "memory.duckdb"
+    # Built with the HNSW index, so that every vector path can be forced (vector_path).
+    building = pytest.MonkeyPatch()
+    building.setattr(hot, "ENABLED", False)
     owner = connect(path, embedder=FakeEmbedder(dim=128))
     assert owner.role == "owner"
     mem: Memory = owner.memory
@@ -208,6 +211,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
         )
     }
     assert {r.namespace for r in rows.values()} == {*NAMESPACES, FAR}
+    building.undo()
     # Links across namespaces: search stages that follow them (supersede) must not bring B in.
     by_ns: dict[str, list[int]] = {}
     for row in rows.values():

@@ -154,3 +154,61 @@ def test_an_unknown_filter_value_and_an_empty_store_give_empty_results(tmp_path:
         assert mem.search("postgres", log=False).ids
         assert hot.state(mem.db) == "serving"
         assert Filters().empty
+
+
+WRITER = """
+import sys
+from nbmemory import Memory
+from nbmemory.embed import FakeEmbedder
+
+mem = Memory(sys.argv[1], embedder=FakeEmbedder(dim=64))
+mem.index(sys.argv[2])
+print("indexed", flush=True)
+i = 0
+while True:
+    print(mem.remember(f"committed note {i} about the zanzibar release").id, flush=True)
+    i += 1
+"""
+
+
+def test_after_a_crash_doctor_reports_the_index_being_rebuilt_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(NOTES / "git")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(30)]
+    os.kill(proc.pid, signal.SIGKILL)  # mid-write: a write-ahead log is left behind
+    proc.wait()
+    assert lines[0].strip() == "indexed" and all(line.strip().isdigit() for line in lines[1:])
+    committed = [int(line) for line in lines[1:]]
+    monkeypatch.setattr(hot, "SYNC_BUILD_ROWS", 0)  # as for a large memory
+    release = threading.Event()
+    build = hot.HotIndex.build
+    monkeypatch.setattr(hot.HotIndex, "build", lambda self, db: (release.wait(30), build(self, db))[1])
+    with Memory(path, embedder=FakeEmbedder(dim=64)) as mem:
+        assert not vectors.index_exists(mem.db)  # no HNSW graph to rebuild before the first search
+        first = mem.search("zanzibar release", k=5, log=False)
+        assert hot.state(mem.db) == "building"
+        assert set(first.ids) <= set(committed) and len(first.ids) == 5
+        report = mem.doctor()
+        assert report.ok, report.summary()
+        vector_check = next(c for c in report.checks if c.name == "vector index")
+        assert "being built in the background" in vector_check.detail
+        release.set()
+        for _ in range(200):
+            if hot.state(mem.db) == "serving":
+                break
+            threading.Event().wait(0.05)
+        assert mem.search("zanzibar release", k=5, log=False).ids == first.ids
+        assert "in memory:" in next(c for c in mem.doctor().checks if c.name == "vector index").detail
