@@ -43,10 +43,13 @@ def location_label(
     *,
     short: bool = False,
     page: int | None = None,
+    cell_id: str | None = None,
 ) -> str:
     """Where a hit is, for people: ``"deploy.ipynb, cell 4"``, ``"notes/ops.md:12-30"``, ``"(remembered)"``.
 
-    A PDF chunk is named by its page: ``"papers/x.pdf, page 3"``.
+    A PDF chunk is named by its page: ``"papers/x.pdf, page 3"``. Cells count from 1, as
+    JupyterLab's status bar does; a cell of the kernel's history notebook is named by its
+    execution count (``"kernel-3.ipynb, In [5]"``).
 
     Notebook hits name the file only (the cell makes them specific); other paths are shown
     relative to the working folder, or with ``~`` for the home folder; ``short`` keeps only the
@@ -55,7 +58,9 @@ def location_label(
     if source is None:
         return "(remembered)"
     if cell_index is not None:
-        return f"{Path(source).name}, cell {cell_index}"
+        if cell_id == f"in-{cell_index}":
+            return f"{Path(source).name}, In [{cell_index}]"
+        return f"{Path(source).name}, cell {cell_index + 1}"
     parts = Path(source).parts
     where = "…/" + "/".join(parts[-2:]) if short and len(parts) > 2 else _short_path(source)
     if page is not None:
@@ -83,7 +88,15 @@ def location_html(
         Label with the file and its folder only (the full path is in the tooltip).
     """
     label = html.escape(
-        location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end, short=short, page=hit.page)
+        location_label(
+            hit.source,
+            hit.cell_index,
+            hit.line_start,
+            hit.line_end,
+            short=short,
+            page=hit.page,
+            cell_id=hit.cell_id,
+        )
     )
     if hit.source is None:
         return f"<span class='nbmemory-loc'>{label}</span>"
@@ -94,11 +107,17 @@ def location_html(
         attrs.append(f"data-nbmemory-cell-id='{html.escape(hit.cell_id, quote=True)}'")
     if hit.line_start is not None:
         attrs.append(f"data-nbmemory-line='{int(hit.line_start)}'")
+    if hit.line_end is not None:
+        attrs.append(f"data-nbmemory-line-end='{int(hit.line_end)}'")
     if hit.page is not None:
         attrs.append(f"data-nbmemory-page='{int(hit.page)}'")
     attrs.append(f"title='{html.escape(hit.source, quote=True)}'")
     href = None
     if links is not None:
+        # The path JupyterLab opens: the extension's click handler opens it in this Lab at the line or cell.
+        relative = links.server_path(hit.source)
+        if relative is not None:
+            attrs.append(f"data-nbmemory-open='{html.escape(relative, quote=True)}'")
         href = links.lab_href(hit.source) if widget else links.output_href(hit.source)
         if href is not None and hit.page is not None:
             # The URL fragment with which PDF viewers open a given page.
@@ -194,7 +213,9 @@ class HitTable:
         if not self.hits:
             return "\n".join([*lines, "  (no results)"])
         for rank, hit in enumerate(self.hits, start=1):
-            where = location_label(hit.source, hit.cell_index, hit.line_start, hit.line_end, page=hit.page)
+            where = location_label(
+                hit.source, hit.cell_index, hit.line_start, hit.line_end, page=hit.page, cell_id=hit.cell_id
+            )
             lines.append(
                 f"{rank:>3}. [{hit.score:.4f}] #{hit.id} {where}  "
                 f"(bm25 {_rank(hit, 'bm25')}, vector {_rank(hit, 'vector')})"
@@ -240,7 +261,9 @@ class ItemView:
 
     def __repr__(self) -> str:
         it = self.item
-        where = location_label(it.source, it.cell_index, it.line_start, it.line_end, page=it.page)
+        where = location_label(
+            it.source, it.cell_index, it.line_start, it.line_end, page=it.page, cell_id=it.cell_id
+        )
         meta = ", ".join(f"{k}={v}" for k, v in self._fields())
         return "\n".join([f"#{it.id} {where}", f"[{meta}]", *([it.heading] if it.heading else []), it.text])
 

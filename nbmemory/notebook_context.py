@@ -126,6 +126,13 @@ class Links:
             return None
         return quote(posixpath.relpath(str(target), str(here) or "."))
 
+    def server_path(self, source: str | None) -> str | None:
+        """``source`` relative to the server root (what JupyterLab's document manager opens), or None."""
+        if not source or self.root is None:
+            return None
+        target = _inside(Path(source).expanduser(), self.root)
+        return None if target is None else str(target)
+
     def lab_href(self, source: str | None) -> str | None:
         """Absolute URL path that opens ``source`` in JupyterLab (``<base>lab/tree/<path>``).
 

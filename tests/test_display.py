@@ -29,3 +29,23 @@ def test_grouped_hits_count_their_other_chunks_and_weak_ones_sit_under_a_line() 
     assert html.count("weaker matches") == 1
     text = repr(table)
     assert "+2 more in this file" in text and text.count("more") == 2
+
+
+def test_cells_count_from_one_and_links_carry_the_place_to_open() -> None:
+    from pathlib import Path
+
+    from nbmemory.notebook_context import Links
+
+    notebook = _hit(1, [], False, cell=3)
+    note = Hit(
+        id=2, score=0.5, text="t", snippet="s", source="/root/notes/n.md", kind="markdown",
+        namespace="default", line_start=12, line_end=30,
+    )  # fmt: skip
+    links = Links(Path("/root"), Path("/root"))
+    html = HitTable([notebook, note], links=links)._repr_html_()
+    assert "n1.ipynb, cell 4<" in html and "data-nbmemory-cell='3'" in html
+    assert "data-nbmemory-open='notes/n.md'" in html
+    assert "data-nbmemory-line='12'" in html and "data-nbmemory-line-end='30'" in html
+    history = _hit(3, [], False, cell=5)
+    history.cell_id = "in-5"
+    assert "n3.ipynb, In [5]" in repr(HitTable([history]))

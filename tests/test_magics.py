@@ -500,7 +500,7 @@ def test_memindex_with_no_path_indexes_the_kernels_cells(
     hit = frame.row(0, named=True)
     assert "5000 messages" in hit["text"]
     assert hit["location"].endswith(f"#cell {count}")
-    assert f", cell {count}</" in outputs(cap)
+    assert f", In [{count}]</" in outputs(cap)
     assert not any("%memsearch" in t for t in frame["text"].to_list())
 
 
@@ -522,7 +522,7 @@ def test_memindex_with_no_path_indexes_the_saved_notebook(
         frame = ip.run_line_magic("memsearch", "staging VPN subnet --kind notebook -k 1")
     assert frame["source"][0] == str(path)
     html_out = outputs(cap)
-    assert "deploy.ipynb, cell 1" in html_out
+    assert "deploy.ipynb, cell 2" in html_out
     assert f"data-nbmemory-path='{path}'" in html_out
     assert "data-nbmemory-cell='1'" in html_out and "data-nbmemory-cell-id='cell-b'" in html_out
 
@@ -658,7 +658,7 @@ def test_demo_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Monke
     context = cell_outputs("ctx = %memcontext", "text/plain")
     assert "possible prompt injection" in context and "paste the prod keys" not in context.split("--")[0]
     own = cell_outputs("%memindex\n", "text/html")
-    assert "magics_demo.ipynb, cell 2" in own
+    assert "magics_demo.ipynb, cell 3" in own
     assert f"indexing this notebook: {notebook}" in cell_outputs("%memindex\n", "text/plain")
     assert "application/vnd.jupyter.widget-view+json" in cell_outputs("%memexplore", "text/plain") or any(
         "application/vnd.jupyter.widget-view+json" in o.get("data", {})

@@ -17,11 +17,16 @@ export interface IHit {
   cell_index: number | null;
   line_start: number | null;
   line_end: number | null;
+  page: number | null;
   tags: string[];
   importance: number;
   location: string;
   found_by: string[];
   ranks: { [retriever: string]: number };
+  /** Ids of the file's other chunks that ranked, when results come one per file. */
+  more: number[];
+  /** No retriever supports this hit: it goes under "weaker matches". */
+  weak: boolean;
 }
 
 export interface ISearchResult {
@@ -29,6 +34,9 @@ export interface ISearchResult {
   k: number;
   ms: number;
   hits: IHit[];
+  /** True when no hit is a confident answer (the hits are the closest items). */
+  rejected: boolean;
+  reason: string | null;
   explain?: string;
 }
 
@@ -57,6 +65,8 @@ export interface ISearchOptions {
   namespace?: string;
   kind?: string;
   explain?: boolean;
+  /** Every matching chunk rather than one result per file. */
+  chunks?: boolean;
 }
 
 /** Call the nbmemory REST API; a non-2xx answer throws an Error carrying the server's message. */
@@ -104,12 +114,23 @@ export function search(
   if (options.explain) {
     params.set('explain', '1');
   }
+  if (options.chunks) {
+    params.set('chunks', '1');
+  }
   return requestAPI<ISearchResult>(`search?${params.toString()}`);
 }
 
 export function remember(
   text: string,
-  options: { tags?: string[]; importance?: number; namespace?: string } = {}
+  options: {
+    tags?: string[];
+    importance?: number;
+    namespace?: string;
+    /** Where the text came from: a path relative to the server root. */
+    source?: string;
+    /** The place in it, e.g. `cell 7` or `lines 3–5`. */
+    heading?: string;
+  } = {}
 ): Promise<IItem> {
   return requestAPI<IItem>('remember', {
     method: 'POST',
@@ -164,4 +185,39 @@ export function formatRanks(ranks: { [retriever: string]: number }): string {
     .sort()
     .map(name => `${name} #${ranks[name]}`)
     .join(' · ');
+}
+
+/** The last part of a path. */
+export function baseName(path: string): string {
+  const parts = path.split(/[\\/]/);
+  return parts[parts.length - 1] || path;
+}
+
+/**
+ * Where a hit is, for people: `deploy.ipynb, cell 7` (cells count from 1, as the status bar
+ * does), `notes.md, lines 12–30`, `paper.pdf, page 3`, `(remembered)`.
+ */
+export function locationLabel(hit: IHit): string {
+  const file = hit.path ?? hit.source;
+  if (!file) {
+    return '(remembered)';
+  }
+  const name = baseName(file);
+  if (hit.cell_index !== null) {
+    // The kernel's history notebook names its cells by execution count (cell id `in-N`).
+    if (hit.cell_id === `in-${hit.cell_index}`) {
+      return `${name}, In [${hit.cell_index}]`;
+    }
+    return `${name}, cell ${hit.cell_index + 1}`;
+  }
+  if (hit.page !== null && hit.page !== undefined) {
+    return `${name}, page ${hit.page}`;
+  }
+  if (hit.line_start !== null) {
+    if (hit.line_end !== null && hit.line_end !== hit.line_start) {
+      return `${name}, lines ${hit.line_start}\u2013${hit.line_end}`;
+    }
+    return `${name}, line ${hit.line_start}`;
+  }
+  return name;
 }

@@ -4,12 +4,13 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { IHit, remember, startIndex, waitForJob } from './api';
+import { IHit, baseName, remember, startIndex, waitForJob } from './api';
 import { MemoryPanel } from './panel';
 
 const PLUGIN_ID = 'nbmemory:plugin';
@@ -52,8 +53,63 @@ function selectedText(app: JupyterFrontEnd, tracker: INotebookTracker): string {
   return window.getSelection()?.toString() ?? '';
 }
 
+/** Where to open a file: a cell of a notebook, or a line range of a text file. */
+interface ITarget {
+  cell_id: string | null;
+  cell_index: number | null;
+  line_start: number | null;
+  line_end: number | null;
+}
+
+/** Where the text to remember came from: the document's path and the cell or lines in it. */
+function selectionPlace(
+  app: JupyterFrontEnd,
+  tracker: INotebookTracker
+): { source?: string; heading?: string } {
+  const current = app.shell.currentWidget as any;
+  if (current && current === tracker.currentWidget) {
+    const index = (current as NotebookPanel).content.activeCellIndex;
+    return { source: current.context.path, heading: `${baseName(current.context.path)}, cell ${index + 1}` };
+  }
+  const editor = current?.content?.editor;
+  if (editor && current?.context?.path) {
+    const { start, end } = editor.getSelection();
+    const first = Math.min(start.line, end.line) + 1;
+    const last = Math.max(start.line, end.line) + 1;
+    const lines = first === last ? `line ${first}` : `lines ${first}\u2013${last}`;
+    return { source: current.context.path, heading: `${baseName(current.context.path)}, ${lines}` };
+  }
+  return {};
+}
+
+/** A path as the document manager opens it: relative to the server root, or null outside it. */
+function serverPath(source: string): string | null {
+  const root = PageConfig.getOption('serverRoot').replace(/[\\/]+$/, '');
+  if (!root || root.startsWith('~')) {
+    return null;
+  }
+  return source.startsWith(root + '/') ? source.slice(root.length + 1) : null;
+}
+
+/** Put a text editor's cursor on a line and scroll its range into view. */
+async function revealLines(widget: any, target: ITarget): Promise<void> {
+  const editor = widget?.content?.editor;
+  if (!editor || target.line_start === null) {
+    return;
+  }
+  await widget.context?.ready;
+  await widget.revealed;
+  const last = Math.max(0, editor.lineCount - 1);
+  const line = Math.min(Math.max(target.line_start - 1, 0), last);
+  const end = Math.min(Math.max((target.line_end ?? target.line_start) - 1, line), last);
+  editor.setCursorPosition({ line, column: 0 });
+  editor.revealSelection({ start: { line, column: 0 }, end: { line: end, column: 0 } });
+  editor.revealPosition({ line, column: 0 });
+  editor.focus();
+}
+
 /** Open a notebook at a cell: by cell id, else by index; make it active and scroll to it. */
-async function revealCell(panel: NotebookPanel, hit: IHit): Promise<void> {
+async function revealCell(panel: NotebookPanel, hit: ITarget): Promise<void> {
   await panel.context.ready;
   await panel.revealed;
   const notebook = panel.content;
@@ -89,15 +145,58 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ) => {
     let autoIndexOnSave = false;
 
-    const openHit = async (hit: IHit): Promise<void> => {
-      if (!hit.path) {
-        return;
-      }
-      const widget = docManager.openOrReveal(hit.path);
+    /** Open a file in this Lab at its cell (notebooks) or line range (text files). */
+    const openAt = async (path: string, target: ITarget): Promise<void> => {
+      const widget = docManager.openOrReveal(path);
       if (widget instanceof NotebookPanel) {
-        await revealCell(widget, hit);
+        await revealCell(widget, target);
+      } else if (widget) {
+        await revealLines(widget, target);
       }
     };
+
+    const openHit = async (hit: IHit): Promise<void> => {
+      if (hit.path) {
+        await openAt(hit.path, hit);
+      }
+    };
+
+    // Links nbmemory puts in outputs and widgets (`data-nbmemory-path` and friends) open here,
+    // at the line or cell, instead of the href's whole new Lab or line 1. Capture phase: it runs
+    // before the rendermime's own link handler. Without this extension the href still works.
+    const number = (value: string | undefined): number | null =>
+      value === undefined || value === '' || isNaN(Number(value)) ? null : Number(value);
+    document.addEventListener(
+      'click',
+      event => {
+        if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) {
+          return;
+        }
+        const link = (event.target as Element | null)?.closest?.('[data-nbmemory-path]') as
+          | HTMLElement
+          | null;
+        if (!link) {
+          return;
+        }
+        const data = link.dataset;
+        const path = data.nbmemoryOpen || serverPath(data.nbmemoryPath ?? '');
+        if (!path) {
+          return;
+        }
+        event.preventDefault();
+        event.stopImmediatePropagation();
+        const target: ITarget = {
+          cell_id: data.nbmemoryCellId || null,
+          cell_index: number(data.nbmemoryCell),
+          line_start: number(data.nbmemoryLine),
+          line_end: number(data.nbmemoryLineEnd)
+        };
+        void openAt(path, target).catch(error =>
+          Notification.error(`Cannot open ${path}: ${(error as Error).message}`)
+        );
+      },
+      true
+    );
 
     const panel = new MemoryPanel({ openHit });
     panel.title.icon = memoryIcon;
@@ -121,12 +220,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
-    const rememberText = async (text: string): Promise<void> => {
+    const rememberText = async (
+      text: string,
+      place: { source?: string; heading?: string }
+    ): Promise<void> => {
       if (!text.trim()) {
         Notification.warning('Nothing to remember: select some text first.', { autoClose: 3000 });
         return;
       }
-      const item = await remember(text, { namespace: namespace() });
+      const item = await remember(text, { namespace: namespace(), ...place });
       Notification.success(`Remembered #${item.id}`, { autoClose: 3000 });
       if (panel.query) {
         await panel.refresh();
@@ -147,13 +249,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand(CommandIDs.rememberSelection, {
       label: 'Remember selection',
       caption: 'Store the selected text in the memory',
-      execute: () => rememberText(selectedText(app, tracker))
+      execute: () => rememberText(selectedText(app, tracker), selectionPlace(app, tracker))
     });
     app.commands.addCommand(CommandIDs.rememberCell, {
       label: 'Remember cell',
       caption: "Store the active cell's source in the memory",
       isEnabled: () => tracker.activeCell !== null,
-      execute: () => rememberText(tracker.activeCell?.model.sharedModel.getSource() ?? '')
+      execute: () => {
+        const current = tracker.currentWidget;
+        const place = current
+          ? {
+              source: current.context.path,
+              heading: `${baseName(current.context.path)}, cell ${current.content.activeCellIndex + 1}`
+            }
+          : {};
+        return rememberText(tracker.activeCell?.model.sharedModel.getSource() ?? '', place);
+      }
     });
     app.commands.addCommand(CommandIDs.indexNotebook, {
       label: 'Index this notebook',

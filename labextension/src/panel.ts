@@ -1,9 +1,12 @@
+import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import {
   IHit,
+  ISearchResult,
   formatRanks,
   forgetItem,
+  locationLabel,
   search,
   updateItem
 } from './api';
@@ -73,13 +76,30 @@ export class MemoryPanel extends Widget {
       this._kind.appendChild(option);
     }
     this._kind.addEventListener('change', () => void this.refresh());
-    const explainLabel = el('label', 'jp-nbmemory-explain-toggle');
-    this._explainToggle = el('input');
-    this._explainToggle.type = 'checkbox';
-    this._explainToggle.addEventListener('change', () => void this.refresh());
-    explainLabel.append(this._explainToggle, document.createTextNode('explain'));
-    filters.append(this._namespace, this._kind, explainLabel);
-    controls.append(this._input, filters);
+    filters.append(this._namespace, this._kind);
+    // Toggles on their own row: at the default sidebar width the filters need the whole row.
+    const toggles = el('div', 'jp-nbmemory-toggles');
+    const toggle = (className: string, label: string, title: string): HTMLInputElement => {
+      const wrapper = el('label', className);
+      wrapper.title = title;
+      const box = el('input');
+      box.type = 'checkbox';
+      box.addEventListener('change', () => void this.refresh());
+      wrapper.append(box, document.createTextNode(label));
+      toggles.appendChild(wrapper);
+      return box;
+    };
+    this._chunksToggle = toggle(
+      'jp-nbmemory-chunks-toggle',
+      'every chunk',
+      'List every matching chunk instead of one result per file'
+    );
+    this._explainToggle = toggle(
+      'jp-nbmemory-explain-toggle',
+      'explain',
+      'Show how the results were ranked'
+    );
+    controls.append(this._input, filters, toggles);
 
     this._status = el('div', 'jp-nbmemory-status');
     this._status.setAttribute('role', 'status');
@@ -100,9 +120,21 @@ export class MemoryPanel extends Widget {
     return this.refresh();
   }
 
+  /** Put the focus in the search box, now and once the shell has finished activating the panel. */
   focusInput(): void {
-    this._input.focus();
-    this._input.select();
+    const focus = () => {
+      this._input.focus();
+      this._input.select();
+    };
+    focus();
+    requestAnimationFrame(focus);
+  }
+
+  protected onActivateRequest(msg: Message): void {
+    super.onActivateRequest(msg);
+    if (this.isAttached) {
+      this._input.focus();
+    }
   }
 
   /** Search again with the current query and filters; a search overtaken by a newer one is dropped. */
@@ -123,12 +155,13 @@ export class MemoryPanel extends Widget {
         k: this.topK,
         namespace: this._namespace.value.trim() || this.defaultNamespace,
         kind: this._kind.value,
-        explain: this._explainToggle.checked
+        explain: this._explainToggle.checked,
+        chunks: this._chunksToggle.checked
       });
       if (ticket !== this._ticket) {
         return;
       }
-      this._render(result.hits);
+      this._render(result);
       this._results.dataset.query = query;
       const n = result.hits.length;
       this._setStatus(`${n} ${n === 1 ? 'hit' : 'hits'} in ${result.ms} ms`);
@@ -151,8 +184,23 @@ export class MemoryPanel extends Widget {
     this._status.classList.toggle('jp-mod-error', error);
   }
 
-  private _render(hits: IHit[]): void {
-    this._results.replaceChildren(...hits.map(hit => this._renderHit(hit)));
+  private _render(result: ISearchResult): void {
+    const rows: HTMLLIElement[] = [];
+    if (result.rejected && result.hits.length) {
+      // A flagged search keeps its hits: say plainly that none of them is a confident answer.
+      const notice = el('li', 'jp-nbmemory-notice', 'No confident match. The closest items:');
+      notice.title = result.reason ?? '';
+      rows.push(notice);
+    }
+    let weakShown = false;
+    for (const hit of result.hits) {
+      if (hit.weak && !weakShown && !result.rejected) {
+        rows.push(el('li', 'jp-nbmemory-separator', 'weaker matches (no retriever supports them)'));
+        weakShown = true;
+      }
+      rows.push(this._renderHit(hit));
+    }
+    this._results.replaceChildren(...rows);
   }
 
   private _renderHit(hit: IHit): HTMLLIElement {
@@ -165,14 +213,14 @@ export class MemoryPanel extends Widget {
       li.dataset.cellIndex = String(hit.cell_index);
     }
 
+    if (hit.weak) {
+      li.classList.add('jp-mod-weak');
+    }
+
+    // The location has a line of its own, wrapped, so the line or cell always shows.
     const head = el('div', 'jp-nbmemory-hit-head');
-    head.appendChild(el('span', 'jp-nbmemory-score', hit.score.toFixed(3)));
-    const location = el(
-      'span',
-      'jp-nbmemory-location',
-      hit.path ? hit.location.replace(hit.source ?? '', hit.path) : hit.location
-    );
-    location.title = hit.source ?? hit.location;
+    const location = el('span', 'jp-nbmemory-location', locationLabel(hit));
+    location.title = hit.path ?? hit.source ?? hit.location;
     if (hit.path) {
       location.classList.add('jp-mod-link');
       location.setAttribute('role', 'link');
@@ -188,12 +236,22 @@ export class MemoryPanel extends Widget {
     head.appendChild(location);
     li.appendChild(head);
 
-    const ranks = formatRanks(hit.ranks);
-    li.appendChild(el('div', 'jp-nbmemory-ranks', `${ranks} · ${hit.kind} · ${hit.namespace}`));
+    const meta = el('div', 'jp-nbmemory-ranks');
+    meta.append(
+      el('span', 'jp-nbmemory-score', hit.score.toFixed(3)),
+      document.createTextNode(` · ${formatRanks(hit.ranks)} · ${hit.kind} · ${hit.namespace}`)
+    );
+    li.appendChild(meta);
     if (hit.heading) {
       li.appendChild(el('div', 'jp-nbmemory-heading', hit.heading));
     }
     li.appendChild(el('div', 'jp-nbmemory-snippet', hit.snippet || hit.text));
+    if (hit.more?.length) {
+      const unit = hit.cell_index !== null ? (hit.more.length > 1 ? 'cells ' : 'cell ') : '';
+      const more = el('div', 'jp-nbmemory-more', `+${hit.more.length} more ${unit}in this file`);
+      more.title = 'Tick "every chunk" to list them';
+      li.appendChild(more);
+    }
 
     const actions = el('div', 'jp-nbmemory-actions');
     const forget = el('button', 'jp-nbmemory-forget', 'Forget');
@@ -241,6 +299,7 @@ export class MemoryPanel extends Widget {
   private _namespace: HTMLInputElement;
   private _kind: HTMLSelectElement;
   private _explainToggle: HTMLInputElement;
+  private _chunksToggle: HTMLInputElement;
   private _status: HTMLDivElement;
   private _results: HTMLUListElement;
   private _explain: HTMLPreElement;

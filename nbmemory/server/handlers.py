@@ -39,6 +39,7 @@ MAX_NAMESPACE = 200
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TEXT_CHARS = 1_000_000
 MAX_PATH_CHARS = 4096
+MAX_HEADING_CHARS = 500
 
 
 def _fail(status: int, message: str) -> tornado.web.HTTPError:
@@ -288,7 +289,10 @@ def _namespace(value: Any) -> str | None:
 
 
 class RememberHandler(MemoryHandler):
-    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace, request_key}``.
+    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace, source, heading, request_key}``.
+
+    ``source`` (a path inside the server root) records where the text came from, ``heading`` the
+    place in it (``"cell 7"``): the sidebar sends them for a selection or cell of a notebook.
 
     ``request_key`` (optional, up to 100 characters) makes a retried POST idempotent: a client
     that lost the reply (the server died after committing) gets the item stored the first time.
@@ -306,6 +310,13 @@ class RememberHandler(MemoryHandler):
             kwargs["tags"] = _tags(body["tags"])
         if body.get("importance") is not None:
             kwargs["importance"] = _importance(body["importance"])
+        if body.get("source") is not None:
+            kwargs["source"] = str(self.inside_root(body["source"], "source"))
+        heading = body.get("heading")
+        if heading is not None:
+            if not isinstance(heading, str) or len(heading) > MAX_HEADING_CHARS:
+                raise _fail(400, f"heading must be a string of at most {MAX_HEADING_CHARS} characters")
+            kwargs["heading"] = heading
         key = body.get("request_key")
         if key is not None:
             if not isinstance(key, str) or not 0 < len(key) <= 100:

@@ -157,6 +157,19 @@ async def test_remember_then_search_finds_it(jp_fetch: Any, nbm_state: Any) -> N
     assert stats["items"] == 1 and stats["role"] == "owner"
 
 
+async def test_remember_records_the_notebook_and_cell_it_came_from(jp_fetch: Any, jp_root_dir: Path) -> None:
+    body = {"text": "quokka deploys need the vault key", "source": "notes/deploy.ipynb", "heading": "cell 7"}
+    item = payload(await call(jp_fetch, "POST", "remember", body=body))
+    assert item["path"] == "notes/deploy.ipynb" and item["heading"] == "cell 7"
+    assert item["source"] == str((jp_root_dir / "notes" / "deploy.ipynb").resolve())
+    hit = payload(await call(jp_fetch, "GET", "search", q="quokka vault"))["hits"][0]
+    assert hit["id"] == item["id"] and hit["path"] == "notes/deploy.ipynb" and hit["heading"] == "cell 7"
+    outside = await call(jp_fetch, "POST", "remember", body={"text": "x", "source": "/etc/passwd"})
+    assert outside.code == 403 and "outside the server root" in payload(outside)["message"]
+    long = await call(jp_fetch, "POST", "remember", body={"text": "x", "heading": "h" * 501})
+    assert long.code == 400 and "heading must be a string" in payload(long)["message"]
+
+
 async def test_search_filters(jp_fetch: Any) -> None:
     await call(jp_fetch, "POST", "remember", body={"text": "alpha deploy note", "namespace": "work"})
     await call(jp_fetch, "POST", "remember", body={"text": "alpha deploy note at home", "namespace": "home"})
