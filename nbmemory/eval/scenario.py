@@ -763,6 +763,7 @@ def _apply_timeline(mem: Any, scenario: Scenario, ids: Sequence[int]) -> None:
             table,
             "UPDATE chunks SET created_at = t.at, updated_at = t.at FROM _nbm_ages t WHERE chunks.id = t.id",
         )
+        mem.db.rows_changed(ids)
     by_topic: dict[str, list[int]] = {}
     for item, item_id in zip(scenario.items, ids, strict=True):
         by_topic.setdefault(item.topic, []).append(int(item_id))

@@ -292,14 +292,24 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return v / (float(np.linalg.norm(v)) or 1.0)
 
 
+def _unit_rows(vecs: dict[int, np.ndarray]) -> tuple[list[int], np.ndarray]:
+    """(ids, their vectors as unit-length rows; a zero vector stays zero)."""
+    keys = list(vecs)
+    if not keys:
+        return keys, np.empty((0, 0), dtype=np.float32)
+    mat = np.stack([vecs[i] for i in keys])
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return keys, mat / np.where(norms > 0, norms, 1.0)
+
+
 def cosines(db: Database, qvec: np.ndarray, ids: list[int], known: Mapping[int, float]) -> dict[int, float]:
     """``known`` cosines plus the exact cosine to ``qvec`` of the ``ids`` it lacks (vectors fetched once)."""
     out = dict(known)
     missing = [i for i in ids if i not in out]
     if missing:
-        q = _unit(qvec)
-        for i, v in vectors.get_many(db, missing).items():
-            out[i] = float(_unit(v) @ q)
+        keys, unit = _unit_rows(vectors.get_many(db, missing))
+        if keys:
+            out.update(zip(keys, (unit @ _unit(qvec)).tolist(), strict=True))
     return out
 
 
@@ -316,11 +326,8 @@ class _Pool:
     def vectors(self) -> dict[int, np.ndarray]:
         """Candidate -> unit-length embedding."""
         if self._vectors is None:
-            raw = vectors.get_many(self.db, self.ids)
-            self._vectors = {}
-            for i, v in raw.items():
-                norm = float(np.linalg.norm(v))
-                self._vectors[i] = v / norm if norm > 0 else v
+            keys, unit = _unit_rows(vectors.get_many(self.db, self.ids))
+            self._vectors = dict(zip(keys, unit, strict=True))
         return self._vectors
 
     def similarities(self, ids: list[int]) -> dict[int, float]:

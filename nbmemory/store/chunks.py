@@ -186,6 +186,7 @@ def update_positions(db: Database, keep: list[tuple[int, NewChunk]]) -> None:
         "line_start = t.line_start, line_end = t.line_end, page = t.page FROM _nbm_pos t "
         "WHERE chunks.id = t.id",
     )
+    db.rows_changed(cid for cid, _ in keep)
 
 
 def purge(db: Database, chunk_ids: list[int]) -> None:

@@ -97,6 +97,17 @@ class Database:
         self.con.execute("CHECKPOINT")
         self.dropped_after_crash = [str(name) for _, name in rows]
 
+    def rows_changed(self, chunk_ids: object = None) -> None:
+        """Drop cached chunk rows (:func:`nbmemory.search.rows.fetch_rows`): these ids, or all."""
+        cached = self.cache.get("rows")
+        if not isinstance(cached, dict):
+            return
+        if chunk_ids is None:
+            cached.clear()
+            return
+        for i in chunk_ids:  # type: ignore[attr-defined]
+            cached.pop(int(i), None)
+
     # -- basics --------------------------------------------------------------------------
     def execute(self, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
         with self.lock:

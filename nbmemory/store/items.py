@@ -40,6 +40,7 @@ def update(
 ) -> None:
     """Change what is given (inside the caller's transaction); new text comes with its vector."""
     now = utcnow()
+    db.rows_changed([item.id])
     if tags is not None:
         db.execute("UPDATE chunks SET tags = ?, updated_at = ? WHERE id = ?", [tags, now, item.id])
     if importance is not None:

@@ -72,6 +72,7 @@ class SearchLog:
                     "UPDATE chunks SET retrieval_count = retrieval_count + t.n, last_retrieved_at = t.at "
                     "FROM _nbm_counts t WHERE chunks.id = t.id",
                 )
+                self.db.rows_changed(counts)
             self.db.con.executemany(
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [[log_id, *entry] for log_id, entry in zip(log_ids, pending, strict=True)],

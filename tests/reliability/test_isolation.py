@@ -204,6 +204,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
     mem.db.execute(
         "UPDATE chunks SET updated_at = TIMESTAMP '2024-01-01' + to_days(CAST((id * 37) % 365 AS INTEGER))"
     )
+    mem.db.rows_changed()  # written behind the API's back: cached rows are stale
     rows = {
         int(r[0]): Row(int(r[0]), r[1], r[2], r[3], list(r[4] or []), r[5])
         for r in mem.db.fetchall(

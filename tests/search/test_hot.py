@@ -212,3 +212,30 @@ def test_after_a_crash_doctor_reports_the_index_being_rebuilt_not_a_failure(
             threading.Event().wait(0.05)
         assert mem.search("zanzibar release", k=5, log=False).ids == first.ids
         assert "in memory:" in next(c for c in mem.doctor().checks if c.name == "vector index").detail
+
+
+def test_partitions_of_a_large_memory_probed_in_full_rank_like_the_exact_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Above ANN_MIN_ROWS an unfiltered vector search probes the partitions nearest the query;
+    # probing all of them must give the exact scan's ranking, also for rows written after the
+    # partitions were made (scanned exactly) and rows forgotten since (skipped).
+    monkeypatch.setattr(hot, "ANN_MIN_ROWS", 100)
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        mem.index(NOTES / "git", NOTES / "vim", NOTES / "postgres")
+        index = hot.ensure(mem.db)
+        assert index is not None and index.ivf is not None
+        assert len(index.ivf.centroids) >= 16 and len(index.ivf.rows) == int(index.has_vec.sum())
+        new = mem.remember("an entirely new note about the zanzibar postgres replica")
+        mem.forget(mem.search("git bisect skip", k=1, log=False).ids[0])
+        monkeypatch.setattr(hot, "IVF_PROBES", 10_000)
+        config = PipelineConfig.plain(("vector",), depth=100)
+        for query in [*QUESTIONS[:30], "zanzibar postgres replica"]:
+            assert_same(ranked(mem, query, True, config), ranked(mem, query, False, config), query)
+        assert hot.serving(mem.db) is index and index.ivf.stale.any()
+        assert new.id in mem.search("zanzibar postgres replica", k=3, log=False, config=config).ids
+        # Probing a few partitions is approximate, and still returns k live items.
+        monkeypatch.setattr(hot, "IVF_PROBES", 2)
+        for query in QUESTIONS[:10]:
+            got = mem.search(query, k=10, log=False, config=config)
+            assert len(got.ids) == 10 and all(mem.get(i, touch=False) for i in got.ids)

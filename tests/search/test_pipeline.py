@@ -94,6 +94,7 @@ def test_recency_prefers_the_newer_of_two_equal_notes(mem: Memory) -> None:
     mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, b.id])
     mem.db.execute("UPDATE chunks SET created_at = ?, updated_at = ? WHERE id = ?", [old, old, a.id])
     mem.db.execute("UPDATE chunks SET created_at = ? WHERE id = ?", [utcnow() - timedelta(days=2), a.id])
+    mem.db.rows_changed()  # written behind the API's back: cached rows are stale
     # Recency moves an item among near-ties: the two notes tie in RRF (equal BM25, adjacent vector
     # ranks); in the convex scores the names alone put 6 % between them, more than recency's 5 %.
     result = mem.search(
