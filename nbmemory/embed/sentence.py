@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from nbmemory.embed.base import ProgressFn, normalise
+from nbmemory.embed.onnx_query import OnnxQueryEncoder
 from nbmemory.errors import ConfigError, ModelNotFoundError
 
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -133,6 +134,18 @@ class SentenceTransformerEmbedder:
         self._fingerprint = self._compute_fingerprint()
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache_size = query_cache_size
+        self._onnx: OnnxQueryEncoder | bool | None = False  # False: not tried yet
+
+    @property
+    def query_runtime(self) -> str:
+        """What embeds a query: ``onnxruntime`` (the same weights exported, see
+        :mod:`nbmemory.embed.onnx_query`) or ``sentence-transformers``."""
+        return "onnxruntime" if self._query_encoder() is not None else "sentence-transformers"
+
+    def _query_encoder(self) -> OnnxQueryEncoder | None:
+        if self._onnx is False:
+            self._onnx = OnnxQueryEncoder.for_model(self._model, self._fingerprint, self._device)
+        return self._onnx if isinstance(self._onnx, OnnxQueryEncoder) else None
 
     def _load(self, model: str) -> Any:
         # Offline: a name must resolve to the bundled weights, a local folder or the local HF cache.
@@ -207,12 +220,16 @@ class SentenceTransformerEmbedder:
         if cached is not None:
             self._query_cache.move_to_end(text)
             return cached
-        vec = self._model.encode(
-            [self.query_prefix + text],
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )[0]
+        encoder = self._query_encoder()
+        if encoder is not None:
+            vec = encoder.encode(self.query_prefix + text)
+        else:
+            vec = self._model.encode(
+                [self.query_prefix + text],
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )[0]
         vec = normalise(vec[None, :])[0]
         self._query_cache[text] = vec
         if len(self._query_cache) > self._query_cache_size:
