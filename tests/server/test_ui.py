@@ -7,6 +7,7 @@ real bundled model. Skipped, with the reason, when ``/usr/bin/chromium`` or Play
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -16,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,12 +102,13 @@ def write_root(root: Path) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    base = tmp_path_factory.mktemp("lab")
+@contextlib.contextmanager
+def running_lab(base: Path, fill: Callable[[Path], None]) -> Iterator[Lab]:
+    """``jupyter lab`` on a free port with its root under ``base`` (filled by ``fill``), the root
+    indexed and two hostile memories stored."""
     root = base / "root"
     root.mkdir()
-    write_root(root)
+    fill(root)
     # The extension is loaded from this checkout whatever is installed in the environment.
     extensions = base / "labextensions"
     extensions.mkdir()
@@ -144,6 +146,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             "--ServerApp.jpserver_extensions={'nbmemory': True}",
             f"--LabApp.extra_labextensions_path={extensions}",
             "--LabApp.news_url=",
+            # window.jupyterapp: tests run Lab commands directly.
+            "--LabApp.expose_app_in_browser=True",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             # No network: no PyPI extension manager.
             "--LabApp.extension_manager=readonly",
@@ -186,8 +190,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         log.close()
 
 
-@pytest.fixture(scope="module")
-def page(lab: Lab) -> Iterator[Any]:
+@contextlib.contextmanager
+def lab_page(lab: Lab) -> Iterator[Any]:
+    """A Chromium page on ``lab``, settled, with the Memory sidebar open."""
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -204,6 +209,18 @@ def page(lab: Lab) -> Iterator[Any]:
         yield page
         context.close()
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("lab"), write_root) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def page(lab: Lab) -> Iterator[Any]:
+    with lab_page(lab) as page:
+        yield page
 
 
 def search(page: Any, query: str) -> Any:
@@ -231,9 +248,8 @@ def test_search_shows_results_with_ranks(page: Any) -> None:
     assert first.get_attribute("data-cell-index") == "3"
     ranks = first.locator(".jp-nbmemory-ranks").inner_text()
     assert "bm25 #" in ranks and "vector #" in ranks
-    assert first.locator(".jp-nbmemory-location").inner_text() == "deploy.ipynb#cell 3"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "sidebar.png"))
+    # Cells count from 1 in what users read, as in JupyterLab's status bar.
+    assert first.locator(".jp-nbmemory-location").inner_text() == "deploy.ipynb, cell 4"
 
 
 def test_clicking_a_notebook_hit_opens_it_at_the_cell(page: Any) -> None:
@@ -248,8 +264,6 @@ def test_clicking_a_notebook_hit_opens_it_at_the_cell(page: Any) -> None:
     no_kernel.click()
     no_kernel.wait_for(state="detached")
     assert page.locator(".lm-TabBar-tab.lm-mod-current", has_text="deploy.ipynb").count() >= 1
-    page.wait_for_timeout(500)  # let the scroll settle before the screenshot
-    page.screenshot(path=str(SCREENSHOTS / "hit-at-cell.png"))
 
 
 def test_remember_selection_then_search_finds_it(page: Any) -> None:
@@ -267,7 +281,10 @@ def test_remember_selection_then_search_finds_it(page: Any) -> None:
 
     hits = search(page, "quokka vault key")
     first = hits.first
-    assert first.locator(".jp-nbmemory-location").inner_text() == "(remembered)"
+    # The memory records the notebook and cell the selection came from.
+    assert first.locator(".jp-nbmemory-location").inner_text() == "deploy.ipynb"
+    assert first.get_attribute("data-path") == "deploy.ipynb"
+    assert first.locator(".jp-nbmemory-heading").inner_text() == "deploy.ipynb, cell 6"
     assert "quokka deploys need the blue vault key" in first.locator(".jp-nbmemory-snippet").inner_text()
 
 

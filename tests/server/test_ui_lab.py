@@ -1,0 +1,234 @@
+"""Links and the sidebar in a real JupyterLab: hits open in this Lab at their line or cell.
+
+Uses the harness of :mod:`tests.server.test_ui` (Debian Chromium, a real ``jupyter lab``, offline)
+with a root that holds a long markdown note, a notebook, and a notebook that runs ``%memsearch``
+in a real kernel. Screenshots go to ``docs/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from tests.server.test_ui import (  # noqa: F401 (the two jp_ fixtures override pytest-jupyter's)
+    SCREENSHOTS,
+    Lab,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    lab_page,
+    running_lab,
+    search,
+    sync_api,
+)
+
+pytestmark = pytest.mark.ui
+
+# The note's target section sits far below line 1, so "opened at line 1" cannot pass for it.
+FILLER = "".join(
+    f"## Topic {i}\n\nRoutine item {i} about office plants and lunch menus.\n\n" for i in range(40)
+)
+NOTE = (
+    "# Runbook\n\n"
+    + FILLER
+    + "## Pelican failover\n\nWhen the pelican cluster fails over, drain the queue and page the on-call.\n"
+)
+SEARCH_CELL = "%load_ext nbmemory\n%memsearch pelican cluster failover drain queue -k 3"
+NOTEBOOK_CELL = "%memsearch rotate tokens schedule --kind notebook -k 1"
+
+
+def fill_root(root: Path) -> None:
+    (root / "runbook.md").write_text(NOTE)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Deploy runbook\n\nSteps we follow for every release."),
+        nbformat.v4.new_code_cell("import pandas as pd\nframe = pd.read_csv('releases.csv')"),
+        nbformat.v4.new_markdown_cell("## Checks\n\nLook at the dashboards before and after."),
+        nbformat.v4.new_code_cell("rotate_tokens(every='30d')  # token rotation schedule for the API keys"),
+        nbformat.v4.new_code_cell("print('staging deploys need the VPN on')"),
+    ]
+    nbformat.write(nb, root / "deploy.ipynb")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("lablinks"), fill_root) as lab:
+        # Written after indexing: the notebook that runs the searches is not in the memory.
+        searching = nbformat.v4.new_notebook()
+        searching.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3",
+            "language": "python",
+        }
+        searching.cells = [nbformat.v4.new_code_cell(SEARCH_CELL), nbformat.v4.new_code_cell(NOTEBOOK_CELL)]
+        (lab.root / "work").mkdir()
+        nbformat.write(searching, lab.root / "work" / "search.ipynb")
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def page(lab: Lab) -> Iterator[Any]:
+    with lab_page(lab) as page:
+        yield page
+
+
+def visible_notebook(page: Any) -> Any:
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+
+
+def open_search_notebook(page: Any) -> Any:
+    """Open work/search.ipynb, run its cells in a real kernel, return the notebook panel."""
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', {path: 'work/search.ipynb'})")
+    notebook = visible_notebook(page)
+    notebook.locator(".jp-Cell").first.wait_for(state="visible")
+    if notebook.locator("a.nbmemory-loc").count() < 2:
+        # Runs once the kernel is up.
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    notebook.locator(".jp-Cell").nth(1).locator("a.nbmemory-loc").wait_for(timeout=180_000)
+    return notebook
+
+
+def line_on_screen(page: Any, line: int, text: str) -> None:
+    """The text editor's cursor is on ``line`` (status bar) and that line is in view."""
+    status = page.locator(".jp-StatusBar-Widget", has_text=re.compile(r"Ln \d+, Col \d+"))
+    sync_api.expect(status.first).to_contain_text(f"Ln {line}, Col 1", timeout=30_000)
+    editor = page.locator(".jp-FileEditor:not(.lm-mod-hidden)")
+    shown = editor.locator(".cm-line", has_text=text).first
+    shown.wait_for(state="visible")
+    page.wait_for_timeout(300)  # let the scroll settle
+    box, view = shown.bounding_box(), editor.bounding_box()
+    assert box is not None and view is not None
+    assert view["y"] <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"]
+
+
+def test_markdown_link_in_memsearch_table_opens_in_this_lab_at_the_line(page: Any, lab: Lab) -> None:
+    expected = lab.api("GET", "search?q=pelican+cluster+failover+drain+queue&k=3")["hits"][0]
+    assert expected["path"] == "runbook.md" and expected["line_start"] > 40
+    target_line = NOTE.splitlines()[expected["line_start"] - 1]
+
+    notebook = open_search_notebook(page)
+    link = notebook.locator("a.nbmemory-loc[data-nbmemory-open='runbook.md']").first
+    # The table names the line range, not just the file.
+    assert f"runbook.md:{expected['line_start']}" in link.inner_text()
+    pages_before = len(page.context.pages)
+    # A mark on this window: a page load (a new Lab) would wipe it.
+    page.evaluate("() => { window.nbmemoryMark = 'same lab'; }")
+    link.click()
+
+    line_on_screen(page, expected["line_start"], target_line)
+    # Same Lab: no new tab or window, the page was not loaded again, the file is the current tab.
+    assert len(page.context.pages) == pages_before
+    assert page.evaluate("() => window.nbmemoryMark") == "same lab"
+    assert page.locator(".lm-TabBar-tab.lm-mod-current", has_text="runbook.md").count() >= 1
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "hit-at-line.png"))
+
+
+def test_notebook_link_in_memsearch_table_activates_the_cell(page: Any) -> None:
+    notebook = open_search_notebook(page)
+    link = notebook.locator(".jp-Cell").nth(1).locator("a.nbmemory-loc[data-nbmemory-open='deploy.ipynb']")
+    label = link.inner_text()
+    match = re.fullmatch(r"deploy\.ipynb, cell (\d+)", label)
+    assert match, label
+    link.click()
+
+    deploy = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    active = deploy.locator(".jp-Cell.jp-mod-active")
+    sync_api.expect(active).to_contain_text("rotate_tokens", timeout=30_000)
+    no_kernel = page.locator(".jp-Dialog button", has_text="No Kernel")
+    no_kernel.wait_for(state="visible", timeout=30_000)
+    no_kernel.click()
+    no_kernel.wait_for(state="detached")
+    assert page.locator(".lm-TabBar-tab.lm-mod-current", has_text="deploy.ipynb").count() >= 1
+    # The label counts cells from 1: it names the active cell's position in the notebook.
+    position = deploy.locator(".jp-Cell").evaluate_all(
+        "(cells) => cells.findIndex(c => c.classList.contains('jp-mod-active')) + 1"
+    )
+    assert position == int(match.group(1)) == 4
+    # ... and the same number as JupyterLab's status bar ("Cell 4/5").
+    cell_status = page.get_by_role("contentinfo").get_by_role("button", name=re.compile(r"^Cell \d+\x2f\d+$"))
+    sync_api.expect(cell_status).to_have_text(re.compile(rf"^Cell {position}/\d+$"))
+
+
+def test_sidebar_shows_the_location_at_its_default_width(page: Any) -> None:
+    hits = search(page, "pelican cluster failover")
+    first = hits.first
+    location = first.locator(".jp-nbmemory-location")
+    assert re.fullmatch(r"runbook\.md, lines? \d+(–\d+)?", location.inner_text()), location.inner_text()
+    assert location.get_attribute("title") == "runbook.md"
+    # Not clipped: the text fits its box, and the box lies inside the sidebar.
+    fits = location.evaluate("e => e.scrollWidth <= e.clientWidth && e.scrollHeight <= e.clientHeight")
+    assert fits
+    panel = page.locator(".jp-nbmemory-panel").bounding_box()
+    box = location.bounding_box()
+    assert panel is not None and box is not None
+    assert panel["x"] <= box["x"] and box["x"] + box["width"] <= panel["x"] + panel["width"]
+    # The namespace box shows its whole placeholder.
+    namespace = page.locator(".jp-nbmemory-namespace")
+    width = namespace.evaluate(
+        "e => { const c = document.createElement('canvas').getContext('2d'); const s = getComputedStyle(e);"
+        " c.font = s.font; return [c.measureText(e.placeholder).width,"
+        " e.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight)]; }"
+    )
+    assert width[0] < width[1], width
+
+    # Notebook hits name their cell from 1; the explain trace wraps instead of being cut off.
+    page.locator(".jp-nbmemory-explain-toggle input").check()
+    hits = search(page, "token rotation schedule")
+    assert hits.first.locator(".jp-nbmemory-location").inner_text() == "deploy.ipynb, cell 4"
+    explain = page.locator(".jp-nbmemory-explain")
+    explain.wait_for(state="visible")
+    assert explain.evaluate("e => e.scrollWidth <= e.clientWidth")
+    page.wait_for_timeout(300)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "sidebar.png"))
+    page.locator(".jp-nbmemory-explain-toggle input").uncheck()
+
+
+def test_sidebar_opens_a_markdown_hit_at_its_line(page: Any, lab: Lab) -> None:
+    expected = lab.api("GET", "search?q=pelican+cluster+failover&k=1")["hits"][0]
+    # Away from the note first, so the click has to bring it back at the line.
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', {path: 'deploy.ipynb'})")
+    hits = search(page, "pelican cluster failover")
+    hits.first.locator(".jp-nbmemory-location").click()
+    line_on_screen(page, expected["line_start"], NOTE.splitlines()[expected["line_start"] - 1])
+
+
+def test_sidebar_opens_a_notebook_hit_at_its_cell(page: Any) -> None:
+    hits = search(page, "token rotation schedule")
+    hits.first.locator(".jp-nbmemory-location").click()
+    active = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-mod-active")
+    sync_api.expect(active).to_contain_text("rotate_tokens", timeout=30_000)
+    page.wait_for_timeout(500)  # let the scroll settle before the screenshot
+    page.screenshot(path=str(SCREENSHOTS / "hit-at-cell.png"))
+
+
+def test_search_memory_command_focuses_the_search_box(page: Any) -> None:
+    # Focus is in the notebook (previous test); run the command from the palette.
+    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first
+    cell.click()
+    page.keyboard.press("Control+Shift+c")
+    page.locator(".lm-CommandPalette-input").fill("Search memory")
+    page.locator(".lm-CommandPalette-itemLabel", has_text=re.compile(r"^Search memory$")).first.click()
+    sync_api.expect(page.locator(".jp-nbmemory-query")).to_be_focused(timeout=10_000)
+    page.keyboard.type("typed")
+    assert page.locator(".jp-nbmemory-query").input_value().endswith("typed")
+
+
+def test_remember_cell_records_the_notebook_and_cell(page: Any, lab: Lab) -> None:
+    notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    notebook.locator(".jp-Cell").nth(4).click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+Shift+c")
+    page.locator(".lm-CommandPalette-input").fill("Remember cell")
+    page.locator(".lm-CommandPalette-item", has_text="Remember cell").first.click()
+    toast = page.locator(".Toastify__toast", has_text="Remembered #").last
+    toast.wait_for(state="visible")
+    item_id = int(re.search(r"#(\d+)", toast.inner_text()).group(1))  # type: ignore[union-attr]
+    item = lab.api("GET", f"items/{item_id}")
+    assert item["path"] == "deploy.ipynb" and item["heading"] == "deploy.ipynb, cell 5"
+    assert "staging deploys need the VPN on" in item["text"]
