@@ -11,14 +11,14 @@ from __future__ import annotations
 import html
 import os
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from nbmemory.items import Hit, Item
 from nbmemory.notebook_context import Links
 
-__all__ = ["HitTable", "ItemView", "StatsView", "TextBlock", "location_html", "location_label"]
+__all__ = ["HitTable", "ItemView", "SearchHits", "StatsView", "TextBlock", "location_html", "location_label"]
 
 _TD = "style='text-align:left;vertical-align:top'"
 _NUM = "style='text-align:right;vertical-align:top;white-space:nowrap'"
@@ -305,3 +305,72 @@ class TextBlock:
 
     def __repr__(self) -> str:
         return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+class SearchHits:
+    """What ``%memsearch`` and ``%memrelated`` return: one output that shows the hit table.
+
+    Its notebook display is the :class:`HitTable` (HTML in a notebook, text in a terminal), with
+    the ranking trace under it when one is given; the data is there on request: ``.df`` or
+    ``.to_polars()`` (a polars DataFrame), iterating (the :class:`~nbmemory.Hit` objects),
+    ``len``, ``[i]``, ``.ids`` and ``.result`` (the :class:`~nbmemory.SearchResult`).
+
+    Parameters
+    ----------
+    result:
+        The search result shown.
+    title:
+        The line above the table (the "no confident match" line for a rejected search).
+    links:
+        How sources become links; None: data attributes only.
+    trace:
+        The ranking trace, shown under the table; None: not shown.
+    """
+
+    def __init__(
+        self, result: Any, title: str = "", links: Links | None = None, trace: str | None = None
+    ) -> None:
+        self.result = result
+        self.table = HitTable(result.hits, title=title, links=links)
+        self.trace = trace
+        self._frame: Any = None
+
+    @property
+    def hits(self) -> list[Hit]:
+        return list(self.result.hits)
+
+    @property
+    def ids(self) -> list[int]:
+        return [h.id for h in self.result.hits]
+
+    @property
+    def df(self) -> Any:
+        """The hits as a polars DataFrame (rank, id, score, bm25_rank, vector_rank, source, ...)."""
+        if self._frame is None:
+            self._frame = self.result.to_polars()
+        return self._frame
+
+    def to_polars(self) -> Any:
+        """The hits as a polars DataFrame (the same frame as :attr:`df`)."""
+        return self.df
+
+    def explain(self, top: int = 10) -> str:
+        """The ranking trace, stage by stage."""
+        return str(self.result.explain(top))
+
+    def __iter__(self) -> Iterator[Hit]:
+        return iter(self.result.hits)
+
+    def __len__(self) -> int:
+        return len(self.result.hits)
+
+    def __getitem__(self, i: int) -> Hit:
+        return self.result.hits[i]  # type: ignore[no-any-return]
+
+    def _repr_html_(self) -> str:
+        trace = TextBlock(self.trace, title="ranking trace")._repr_html_() if self.trace else ""
+        return self.table._repr_html_() + trace
+
+    def __repr__(self) -> str:
+        text = repr(self.table)
+        return f"{text}\n\nranking trace\n{self.trace}" if self.trace else text

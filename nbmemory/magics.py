@@ -13,7 +13,9 @@ import json
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, validate
 
+from nbmemory.display import SearchHits
 from nbmemory.errors import NbMemoryError
 from nbmemory.frontend import (
     CHUNKS,
@@ -45,8 +48,6 @@ from nbmemory.frontend import (
 from nbmemory.search.filters import KINDS
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from nbmemory.ingest.indexer import IndexReport
     from nbmemory.memory import Memory
     from nbmemory.notebook_context import Links
@@ -54,7 +55,14 @@ if TYPE_CHECKING:
     from nbmemory.search.pipeline import SearchResult
     from nbmemory.widgets import MemoryExplorer
 
-__all__ = ["IndexCancelled", "IndexJob", "MemoryMagics", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "IndexCancelled",
+    "IndexJob",
+    "MemoryMagics",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+    "unsaved_cells",
+]
 
 # A word-internal apostrophe ("don't") is text, not the start of a quoted string.
 _APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
@@ -151,9 +159,10 @@ class IndexJob:
     Cancelling stops before the next file; every batch the indexer committed stays indexed.
     """
 
-    def __init__(self, paths: list[str], namespace: str | None, use_widget: bool) -> None:
+    def __init__(self, paths: list[str], namespace: str | None, use_widget: bool, note: str = "") -> None:
         self.paths = paths
         self.namespace = namespace
+        self.note = note
         self.report: IndexReport | None = None
         self.error: BaseException | None = None
         self.cancelled = False
@@ -165,7 +174,7 @@ class IndexJob:
             import ipywidgets as widgets
 
             self._bar = widgets.IntProgress(value=0, min=0, max=1, description="indexing")
-            self.label = widgets.HTML("")
+            self.label = widgets.HTML(f"<small>{html.escape(note)}</small>" if note else "")
             self.cancel_button = widgets.Button(description="Cancel", icon="stop", button_style="warning")
             self.cancel_button.on_click(lambda _: self.cancel())
             self.widget = widgets.VBox([widgets.HBox([self._bar, self.cancel_button]), self.label])
@@ -177,7 +186,7 @@ class IndexJob:
     def progress(self, done: int, total: int, path: str) -> None:
         """Indexer callback: update the bar, and stop here when cancelled."""
         if self._cancel.is_set():
-            raise IndexCancelled(f"cancelled after {done - 1} of {total} files")
+            raise IndexCancelled(f"cancelled at {done} of {total} files")
         if self._bar is not None:
             self._bar.max = max(total, 1)
             self._bar.value = done
@@ -219,11 +228,15 @@ class IndexJob:
         return self._thread is None or not self._thread.is_alive()
 
     def summary(self) -> str:
+        """The one report of the run: what was indexed, the skipped files and why, or why it stopped."""
         if self.error is not None:
             return f"indexing failed: {self.error}"
         if self.cancelled or self.report is None:
             return "indexing stopped: every batch committed before the stop is kept (run %memindex again to finish)"
-        return self.report.summary()
+        lines = [self.note] if self.note else []
+        lines.append(self.report.summary())
+        lines += [f"skipped {path}: {reason}" for path, reason in self.report.skipped]
+        return "\n".join(lines)
 
     def _finish(self) -> None:
         if self.widget is None:
@@ -234,7 +247,8 @@ class IndexJob:
             self._bar.bar_style = "success"
         else:
             self._bar.bar_style = "danger" if self.error else "warning"
-        self.label.value = f"<small>{html.escape(self.summary().splitlines()[0])}</small>"
+        # The report, once: in the widget, not printed again under it.
+        self.label.value = f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(self.summary())}</pre>"
 
 
 @magics_class
@@ -285,6 +299,8 @@ class MemoryMagics(Magics):
         self._owns_memory = False
         self.index_job: IndexJob | None = None
         self.last_result: SearchResult | None = None
+        # (time, source) of the cells run in this kernel, newest last.
+        self._cells_run: deque[tuple[float, str]] = deque(maxlen=500)
 
     # -- the kernel's Memory ------------------------------------------------------------------
     @property
@@ -363,17 +379,20 @@ class MemoryMagics(Magics):
     @argument("--json", action="store_true", help="print the hits as JSON instead of a table")
     @output_can_be_silenced
     @line_magic
-    def memsearch(self, line: str) -> pl.DataFrame:
+    def memsearch(self, line: str) -> SearchHits | None:
         """Hybrid (BM25 + vector) search of the memory.
 
-        Shows the hits as a table (escaped HTML in a notebook, text in a terminal): score, the rank
-        each retriever gave, the source (notebook hits name the notebook and cell) and an expandable
-        text. Returns the hits as a polars DataFrame; end the line with ``;`` to show the table only.
+        Returns the hits as one object whose display is the table (escaped HTML in a notebook,
+        text in a terminal): score, the rank each retriever gave, the source (notebook hits name
+        the notebook and cell), an expandable text, ``+N more in this file`` for grouped hits and
+        the weaker matches apart. ``hits.df`` (or ``hits.to_polars()``) is a polars DataFrame,
+        iterating gives the hits. ``hits = %memsearch ...`` shows nothing; ``hits`` shows the table.
 
         Examples::
 
             %memsearch token rotation -k 5 --ns work --since 30d
             hits = %memsearch "token rotation" --explain
+            hits.df.select("score", "location")
         """
         args = _parse(self.memsearch, _without_semicolon(line))
         query = _words(args.query, "query", "%memsearch token rotation -k 5")
@@ -391,16 +410,12 @@ class MemoryMagics(Magics):
             if args.explain:
                 payload["trace"] = result.trace.to_dict()
             print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
-        else:
-            title = f"{len(result.hits)} hit(s) for {query!r}"
-            if result.rejected:
-                title = f"{result.reason} for {query!r}; the closest items:"
-            display(self._hit_table(result, title))
-            if args.explain or self.explain:
-                from nbmemory.display import TextBlock
-
-                display(TextBlock(result.explain(top=_k(args.k, self.top_k)), title="ranking trace"))
-        return result.to_polars()
+            return None
+        title = f"{len(result.hits)} hit(s) for {query!r}"
+        if result.rejected:
+            title = f"{result.reason} for {query!r}; the closest items:"
+        trace = result.explain(top=_k(args.k, self.top_k)) if args.explain or self.explain else None
+        return SearchHits(result, title, links=self._links(), trace=trace)
 
     @magic_arguments()
     @argument("id", type=int, help="item id")
@@ -408,10 +423,10 @@ class MemoryMagics(Magics):
     @argument("--ns", help="only this namespace (default: MemoryMagics.namespace, else all)")
     @output_can_be_silenced
     @line_magic
-    def memrelated(self, line: str) -> pl.DataFrame:
+    def memrelated(self, line: str) -> SearchHits:
         """Items most similar to an item, plus those linked to it.
 
-        Shows them as a table and returns them as a polars DataFrame (``;`` shows the table only).
+        Returns them as one object shown as a table; ``.df`` is a polars DataFrame.
 
         Example::
 
@@ -424,8 +439,7 @@ class MemoryMagics(Magics):
         with _as_usage_errors():
             hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)
         result = SearchResult(f"related to #{args.id}", hits, Trace(f"related to #{args.id}"))
-        display(self._hit_table(result, f"{len(hits)} item(s) related to #{args.id}"))
-        return result.to_polars()
+        return SearchHits(result, f"{len(hits)} item(s) related to #{args.id}", links=self._links())
 
     @magic_arguments()
     @argument("query", nargs="*", help="what the prompt is about (quotes optional)")
@@ -626,26 +640,31 @@ class MemoryMagics(Magics):
         if missing:
             # Said once, before any progress bar: a missing path is a mistake, not a skipped file.
             raise UsageError(f"no such file or folder: {', '.join(missing)}")
+        note = ""
         if not paths:
-            paths = [str(self._this_notebook())]
-        job = IndexJob(paths, self._write_ns(args.ns), use_widget=self._use_widgets())
+            path, note = self._this_notebook()
+            paths = [str(path)]
+        job = IndexJob(paths, self._write_ns(args.ns), use_widget=self._use_widgets(), note=note)
         self.index_job = job
         if job.widget is not None:
             if not args.background:
                 # The button cannot fire while this cell runs; interrupting the kernel stops it.
                 job.cancel_button.layout.display = "none"
+            # One display per job: the bar while it runs, then the report in its label.
             display(job.widget)
         if args.background:
             job.start(self.memory)
             return
-        if job.widget is None and self.progress != "none":
+        if job.widget is not None:
+            job.run(self.memory)
+            return
+        if note:
+            print(note)
+        if self.progress != "none":
             self._index_with_text_bar(job)
         else:
             job.run(self.memory)
-        if job.report is not None:
-            for path, reason in job.report.skipped:
-                print(f"skipped {path}: {reason}", file=sys.stderr)
-        print(job.summary())
+        print(job.summary().removeprefix(note).lstrip("\n"))
 
     def _index_with_text_bar(self, job: IndexJob) -> None:
         from tqdm.auto import tqdm
@@ -665,17 +684,27 @@ class MemoryMagics(Magics):
         finally:
             bar.close()
 
-    def _this_notebook(self) -> Path:
+    def _this_notebook(self) -> tuple[Path, str]:
+        """The notebook ``%memindex`` indexes with no path, and a line that says which."""
         from nbmemory.notebook_context import current_notebook, history_notebook
 
         found = current_notebook(self.shell)
         if found is not None:
-            print(f"indexing this notebook: {found}")
-            return found
+            if unsaved_cells(found, self._cells_run):
+                # The kernel reads the file, not the editor: indexing now would index an old version.
+                raise UsageError(
+                    f"the notebook has unsaved changes: save it (Ctrl+S) and run %memindex again ({found})"
+                )
+            return found, f"indexing this notebook: {found}"
         folder = self.memory.path.parent / "sessions"
         snapshot = history_notebook(self.shell, folder)
-        print(f"this kernel's notebook file is unknown: indexing the cells it ran, as {snapshot}")
-        return snapshot
+        return snapshot, f"this kernel's notebook file is unknown: indexing the cells it ran, as {snapshot}"
+
+    def note_cell(self, info: Any) -> None:
+        """``pre_run_cell`` hook: remember when each cell's source ran (for the unsaved-changes check)."""
+        raw = getattr(info, "raw_cell", None)
+        if isinstance(raw, str) and raw.strip():
+            self._cells_run.append((time.time(), raw))
 
     @magic_arguments()
     @magic_options(*TUNE_OPTIONS)
@@ -828,9 +857,38 @@ class MemoryMagics(Magics):
         return self.memory
 
 
+def unsaved_cells(notebook: Path, cells_run: Iterable[tuple[float, str]]) -> list[str]:
+    """Sources of cells run after ``notebook`` was last saved that the saved file does not hold.
+
+    The kernel cannot see the editor, but a cell that ran after the last save must be in the
+    file if the file is current; one that is not (the cell running ``%memindex`` included) means
+    the editor holds changes the file lacks. Cells run before the save are no evidence: they may
+    have been edited or deleted since.
+
+    Parameters
+    ----------
+    notebook:
+        The saved ``.ipynb`` file.
+    cells_run:
+        ``(time.time(), source)`` of each cell the kernel ran.
+    """
+    try:
+        saved_at = notebook.stat().st_mtime
+        cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    saved = set()
+    for cell in cells:
+        source = cell.get("source", "") if isinstance(cell, dict) else ""
+        saved.add(("".join(source) if isinstance(source, list) else str(source)).strip())
+    return [source for at, source in cells_run if at > saved_at and source.strip() not in saved]
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics (``%load_ext nbmemory``)."""
-    ipython.register_magics(MemoryMagics)
+    magics = MemoryMagics(ipython)
+    ipython.register_magics(magics)
+    ipython.events.register("pre_run_cell", magics.note_cell)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -838,3 +896,5 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics = ipython.magics_manager.registry.get("MemoryMagics")
     if magics is not None:
         magics.close()
+        with suppress(ValueError):
+            ipython.events.unregister("pre_run_cell", magics.note_cell)

@@ -1,5 +1,11 @@
 """Diagnostics as Altair charts. Every function returns an ``alt.Chart`` and never displays it.
 
+Charts draw offline: importing this module (or ``%load_ext nbmemory``) switches Altair, when no
+renderer was chosen, to its ``jupyter`` renderer in offline mode (:func:`use_offline_charts`): a
+chart shows as an interactive ``JupyterChart`` widget (anywidget) whose vega JavaScript is bundled
+by vl-convert, never fetched from a CDN. ``chart.save("x.svg")`` / ``"x.png"`` still export a
+static picture (vl-convert), as does the chart's own action menu.
+
 The search charts read a :class:`~nbmemory.SearchResult`'s trace: the ``bm25`` and ``vector``
 stages hold every candidate each retriever returned (ids best first, raw scores) and the ``rrf``
 stage the fused top-k with the RRF constant and weights in its notes.
@@ -21,15 +27,41 @@ if TYPE_CHECKING:
 
 __all__ = [
     "candidate_frame",
+    "chart_widget",
     "contribution",
     "distance_relevance",
     "rank_scatter",
     "score_distributions",
+    "use_offline_charts",
 ]
 
 RETRIEVERS = ("bm25", "vector")
+EMBED_OPTIONS = {"renderer": "svg"}
 WIDTH = 360
 HEIGHT = 300
+
+
+def use_offline_charts() -> None:
+    """Draw Altair charts as interactive ``JupyterChart`` widgets with no network access.
+
+    Altair's default renderer writes HTML that loads vega from a CDN: offline the output is empty.
+    The ``jupyter`` renderer in offline mode draws the chart in an anywidget whose JavaScript
+    vl-convert bundles locally, in JupyterLab and classic Notebook alike. A renderer the user
+    enabled (``alt.renderers.enable("svg")``, ...) is left as it is.
+    """
+    if alt.renderers.active == "default":
+        # SVG in the page (vega-embed's default is a canvas): sharp when zoomed, marks in the DOM.
+        alt.renderers.enable("jupyter", offline=True, embed_options=EMBED_OPTIONS)
+
+
+def chart_widget(chart: alt.TopLevelMixin | None = None) -> alt.JupyterChart:
+    """An offline ``JupyterChart`` widget showing ``chart`` (None: empty); set ``.chart`` to change it."""
+    alt.JupyterChart.enable_offline()
+    widget = alt.JupyterChart(chart, embed_options=EMBED_OPTIONS)  # type: ignore[arg-type]
+    if chart is None:
+        # The widget's spec starts as {}, which vega-embed would try to draw.
+        widget.spec = None  # type: ignore[assignment]
+    return widget
 
 
 def _title(text: str, query: str) -> alt.TitleParams:
@@ -127,17 +159,22 @@ def rank_scatter(result: SearchResult) -> alt.Chart:
         pl.col("in_top_k").replace_strict({True: "fused top-k", False: "not in top-k"}, return_dtype=pl.Utf8),
     )
     scale = alt.Scale(domain=[0, missing + 1], nice=False)
+    # Click a legend entry to pick out one group; drag to pan, scroll to zoom.
+    picked = alt.selection_point(fields=["found_by"], bind="legend")
     return (
         alt.Chart(plotted, title=_title(f"BM25 rank vs vector rank (missed = {missing})", result.query))
-        .mark_point(filled=True, size=70, opacity=0.8)
+        .mark_point(filled=True, size=70)
         .encode(
+            opacity=alt.when(picked).then(alt.value(0.85)).otherwise(alt.value(0.15)),
             x=alt.X("bm25_rank:Q", title="BM25 rank", scale=scale),
             y=alt.Y("vector_rank:Q", title="vector rank", scale=scale),
             color=alt.Color("found_by:N", title="found by", sort=["both", "bm25 only", "vector only"]),
             shape=alt.Shape("in_top_k:N", title="fused"),
             tooltip=["id:Q", "found_by:N", "fused_rank:Q", "bm25_rank:Q", "vector_rank:Q", "snippet:N"],
         )
+        .add_params(picked)
         .properties(width=WIDTH, height=HEIGHT)
+        .interactive()
     )
 
 
@@ -271,6 +308,8 @@ def contribution(result: SearchResult) -> alt.Chart:
             "contribution": pl.Float64,
         },
     )
+    # Click a legend entry to pick out one retriever's share.
+    picked = alt.selection_point(fields=["retriever"], bind="legend")
     return (
         alt.Chart(
             frame,
@@ -286,8 +325,10 @@ def contribution(result: SearchResult) -> alt.Chart:
             y=alt.Y("item:N", sort=labels, title="fused rank, item"),
             color=alt.Color("retriever:N", title="retriever", sort=list(RETRIEVERS)),
             order=alt.Order("retriever:N"),
+            opacity=alt.when(picked).then(alt.value(1.0)).otherwise(alt.value(0.25)),
             tooltip=["item:N", "retriever:N", "rank:Q", alt.Tooltip("contribution:Q", format=".4f")],
         )
+        .add_params(picked)
         .properties(width=WIDTH, height=max(120, 18 * len(labels)))
     )
 
@@ -366,3 +407,6 @@ def _scaled(hit: Hit | None, retriever: str, mass: float) -> float:
     if retriever == "vector":
         return float(hit.retriever_scores.get("vector", hit.similarity or 0.0))
     return float(hit.retriever_scores.get("bm25", 0.0)) / mass if mass > 0 else 0.0
+
+
+use_offline_charts()

@@ -18,6 +18,7 @@ import ipywidgets as widgets
 from traitlets import Any as AnyTrait
 from traitlets import CaselessStrEnum, Float, Instance, Integer, List, Unicode, observe
 
+from nbmemory import plots
 from nbmemory.display import location_html, more_label
 from nbmemory.errors import NbMemoryError
 from nbmemory.items import Hit
@@ -184,9 +185,9 @@ class MemoryExplorer(widgets.VBox):
         self.results_box = widgets.VBox(layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.explain_html = widgets.HTML(layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.chart_picker = widgets.ToggleButtons(options=list(CHARTS), style={"button_width": "auto"})
-        self.chart_out = widgets.Output()
+        self.chart_view = plots.chart_widget()
         self.tabs = widgets.Tab(
-            [self.results_box, self.explain_html, widgets.VBox([self.chart_picker, self.chart_out])],
+            [self.results_box, self.explain_html, widgets.VBox([self.chart_picker, self.chart_view])],
             titles=("Results", "Explain", "Chart"),
         )
         filters = widgets.HBox(
@@ -310,8 +311,6 @@ class MemoryExplorer(widgets.VBox):
             self._render_chart()
 
     def _render_chart(self) -> None:
-        from nbmemory import plots
-
         result = self.result
         self.chart = None
         if result is not None and result.hits:
@@ -321,12 +320,9 @@ class MemoryExplorer(widgets.VBox):
                 "contribution": plots.contribution,
             }[self.chart_kind]
             self.chart = make(result)
-        # Set outputs directly, not `with out:`: the context manager misroutes output from threads.
-        self.chart_out.outputs = (
-            ({"output_type": "display_data", "data": chart_bundle(self.chart), "metadata": {}},)
-            if self.chart is not None
-            else ()
-        )
+        # A JupyterChart widget: interactive, its JavaScript bundled offline (no CDN, no Output
+        # widget, which misroutes output from the search thread).
+        self.chart_view.chart = self.chart
 
     # -- actions ----------------------------------------------------------------------------
     def forget(self, item_id: int) -> None:
@@ -379,19 +375,6 @@ class MemoryExplorer(widgets.VBox):
         if wanted and wanted not in names:
             names.append(wanted)
         self.ns_picker.options = [("(all)", "")] + [(n, n) for n in names]
-
-
-def chart_bundle(chart: Any) -> dict[str, Any]:
-    """A chart's display data: SVG drawn by vl-convert when installed, else altair's own bundle.
-
-    Altair's default renderer loads vega from a CDN, which an offline machine cannot reach.
-    """
-    try:
-        import vl_convert
-    except ImportError:
-        bundle = chart._repr_mimebundle_()
-        return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
-    return {"image/svg+xml": vl_convert.vegalite_to_svg(chart.to_dict()), "text/plain": repr(chart)[:200]}
 
 
 def _with_importance(hit: Hit, importance: float) -> Hit:

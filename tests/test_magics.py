@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
 from nbmemory import Memory
+from nbmemory.display import SearchHits
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest import indexer
-from nbmemory.magics import IndexJob, MemoryMagics
+from nbmemory.magics import IndexJob, MemoryMagics, unsaved_cells
 from nbmemory.notebook_context import Links, links_for
 from nbmemory.safety import ContextBlock
 from nbmemory.widgets import MemoryExplorer
@@ -65,6 +67,16 @@ def magics_of(shell: InteractiveShell) -> MemoryMagics:
 
 def outputs(cap: Any, mime: str = "text/html") -> str:
     return "\n".join(o.data[mime] for o in cap.outputs if mime in o.data)
+
+
+def display_of(ip: InteractiveShell, magic: str, line: str, mime: str = "text/html") -> str:
+    """What a notebook shows for a magic whose value is the last line of a cell: one display of
+    the returned object, and nothing displayed by the magic itself."""
+    with capture_output() as cap:
+        value = ip.run_line_magic(magic, line)
+    assert cap.outputs == [] and cap.stdout == "", "the magic displayed something besides its value"
+    data, _ = ip.display_formatter.format(value)
+    return str(data.get(mime, ""))
 
 
 class TagCollector(HTMLParser):
@@ -135,11 +147,11 @@ def test_help_via_question_mark(ip: InteractiveShell, capsys: pytest.CaptureFixt
 def test_config_top_k_takes_effect_on_next_call(ip: InteractiveShell, fake_mem: Memory) -> None:
     fake_mem.remember_many([f"vpn note number {i}" for i in range(8)])
     with capture_output():
-        assert ip.run_line_magic("memsearch", "vpn note").height == 8
+        assert len(ip.run_line_magic("memsearch", "vpn note")) == 8
         ip.run_line_magic("config", "MemoryMagics.top_k = 3")
         assert magics_of(ip).top_k == 3
-        assert ip.run_line_magic("memsearch", "vpn note").height == 3
-        assert ip.run_line_magic("memsearch", "vpn note -k 5").height == 5
+        assert len(ip.run_line_magic("memsearch", "vpn note")) == 3
+        assert ip.run_line_magic("memsearch", "vpn note -k 5").df.height == 5
 
 
 def test_config_rejects_a_bad_value(ip: InteractiveShell) -> None:
@@ -179,7 +191,7 @@ def test_remember_line_and_cell_forms_are_found_by_the_next_search(
     assert first.tags == ["ops"] and first.namespace == "default"
     assert (second.namespace, second.importance) == ("work", 0.8)
     with capture_output():
-        frame = ip.run_line_magic("memsearch", "vpn --ns work")
+        frame = ip.run_line_magic("memsearch", "vpn --ns work").df
     assert isinstance(frame, pl.DataFrame)
     assert frame["id"].to_list() == [2]
 
@@ -189,31 +201,65 @@ def test_namespace_setting_applies_to_writes_and_searches(ip: InteractiveShell, 
     ip.run_line_magic("config", "MemoryMagics.namespace = 'work'")
     with capture_output():
         ip.run_line_magic("remember", "vpn in the work namespace")
-        frame = ip.run_line_magic("memsearch", "vpn")
+        frame = ip.run_line_magic("memsearch", "vpn").df
     assert frame["namespace"].to_list() == ["work"]
 
 
-def test_memsearch_renders_html_and_plain_text_and_returns_the_frame(
+def test_memsearch_returns_one_object_shown_as_the_table_with_the_data_on_request(
     ip: InteractiveShell, fake_mem: Memory
 ) -> None:
     fake_mem.remember("Rotate the API token every quarter", tags=["security"])
-    with capture_output() as cap:
-        frame = ip.run_line_magic("memsearch", "rotate token -k 5")
-    assert frame.columns[:5] == ["rank", "id", "score", "bm25_rank", "vector_rank"]
-    html_out = outputs(cap)
+    html_out = display_of(ip, "memsearch", "rotate token -k 5")
     assert "<table>" in html_out and "Rotate the API token" in html_out and "#security" in html_out
-    plain = outputs(cap, "text/plain")
+    assert "shape:" not in html_out and "<th>rank</th>" not in html_out
+    plain = display_of(ip, "memsearch", "rotate token -k 5", "text/plain")
     assert "Rotate the API token" in plain and "<table" not in plain and "bm25 1" in plain
+    assert "shape:" not in plain
+    hits = ip.run_line_magic("memsearch", "rotate token -k 5")
+    assert hits.df.columns[:5] == ["rank", "id", "score", "bm25_rank", "vector_rank"]
+    assert hits.to_polars() is hits.df and isinstance(hits.df, pl.DataFrame)
+    assert [h.text for h in hits] == ["Rotate the API token every quarter"] == [hits[0].text]
+    assert len(hits) == 1 and hits.ids == hits.df["id"].to_list()
+
+
+def test_memsearch_table_groups_a_file_and_says_no_confident_match(
+    ip: InteractiveShell, fake_mem: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "deploy.md").write_text(
+        "\n\n".join(f"# Step {i}\n\nDeploy to staging: step {i} of the staging deploy." for i in range(5)),
+        encoding="utf-8",
+    )
+    fake_mem.index(notes)
+    html_out = display_of(ip, "memsearch", "deploy to staging")
+    assert "more in this file" in html_out and html_out.count("<tr data-nbmemory-id") == 1
+    chunks = display_of(ip, "memsearch", "deploy to staging --chunks")
+    assert chunks.count("<tr data-nbmemory-id") > 1 and "more in this file" not in chunks
+    # A rejected search (the fake embedder's cosines never are): titled so, closest items kept.
+    search = fake_mem.search
+
+    def rejecting(*args: Any, **kwargs: Any) -> Any:
+        return replace(
+            search(*args, **kwargs), rejected=True, reason="no confident match: qqqq appears nowhere"
+        )
+
+    monkeypatch.setattr(fake_mem, "search", rejecting)
+    rejected = display_of(ip, "memsearch", "deploy qqqq")
+    assert (
+        "no confident match: qqqq appears nowhere for &#x27;deploy qqqq&#x27;; the closest items:" in rejected
+    )
+    assert "Deploy to staging" in rejected
 
 
 def test_stored_script_and_img_onerror_render_escaped(ip: InteractiveShell, fake_mem: Memory) -> None:
     fake_mem.remember_many(XSS, tags=["<marquee>tag</marquee>"], headings=["<script>h()</script>", "ok"])
     with capture_output() as cap:
-        ip.run_line_magic("memsearch", "vpn note --explain")
         ip.run_line_magic("memget", "1")
-        ip.run_line_magic("memrelated", "1")
         ip.run_line_magic("memforget", "--query vpn -k 2")
-    html_out = outputs(cap)
+    html_out = (
+        outputs(cap) + display_of(ip, "memsearch", "vpn note --explain") + display_of(ip, "memrelated", "1")
+    )
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html_out
     assert "&lt;img src=x onerror=alert(1)&gt;" in html_out
     parser = TagCollector()
@@ -224,36 +270,40 @@ def test_stored_script_and_img_onerror_render_escaped(ip: InteractiveShell, fake
 
 def test_explain_and_json(ip: InteractiveShell, fake_mem: Memory, capsys: pytest.CaptureFixture[str]) -> None:
     fake_mem.remember("Token rotation happens every 90 days")
-    with capture_output() as cap:
-        ip.run_line_magic("memsearch", '"token rotation" --explain')
-    assert "[bm25]" in outputs(cap, "text/plain") and "[convex]" in outputs(cap, "text/plain")
-    ip.run_line_magic("memsearch", "token rotation --json --explain")
+    plain = display_of(ip, "memsearch", '"token rotation" --explain', "text/plain")
+    assert "[bm25]" in plain and "[convex]" in plain and "Token rotation happens" in plain
+    assert "[convex]" in display_of(ip, "memsearch", '"token rotation" --explain')
+    assert ip.run_line_magic("memsearch", "token rotation --json --explain") is None
     payload = json.loads(capsys.readouterr().out)
     assert payload["hits"][0]["text"] == "Token rotation happens every 90 days"
     assert payload["hits"][0]["ranks"] == {"bm25": 1, "vector": 1}
     assert [s["name"] for s in payload["trace"]["stages"]][:3] == ["bm25", "vector", "convex"]
     magics_of(ip).explain = True
-    with capture_output() as cap:
-        ip.run_line_magic("memsearch", "token rotation")
-    assert "ranking trace" in outputs(cap, "text/plain")
+    assert "ranking trace" in display_of(ip, "memsearch", "token rotation", "text/plain")
 
 
 def test_retrievers_option_runs_one_side(ip: InteractiveShell, fake_mem: Memory) -> None:
     fake_mem.remember("Token rotation happens every 90 days")
     with capture_output():
-        frame = ip.run_line_magic("memsearch", "token rotation --retrievers bm25")
+        frame = ip.run_line_magic("memsearch", "token rotation --retrievers bm25").df
     assert frame["vector_rank"].to_list() == [None]
 
 
-def test_semicolon_silences_the_frame(ip: InteractiveShell, fake_mem: Memory) -> None:
+def test_one_output_per_cell_and_the_semicolon_silences_it(ip: InteractiveShell, fake_mem: Memory) -> None:
     fake_mem.remember("vpn note")
     with capture_output() as cap:
         result = ip.run_cell("%memsearch vpn --explain;")
     assert result.result is None and result.error_in_exec is None
-    assert "1 hit(s) for 'vpn'" in outputs(cap, "text/plain")
-    with capture_output():
+    assert cap.outputs == [] and "vpn" not in cap.stdout
+    with capture_output() as cap:
         result = ip.run_cell("%memsearch vpn")
-    assert isinstance(result.result, pl.DataFrame)
+    assert isinstance(result.result, SearchHits) and cap.outputs == []
+    # Terminal IPython prints the value once, as the text table.
+    assert cap.stdout.count("1 hit(s) for 'vpn'") == 1 and "shape:" not in cap.stdout
+    with capture_output() as cap:
+        ip.run_cell("hits = %memsearch vpn", store_history=False)
+    assert cap.outputs == [] and cap.stdout == ""
+    assert ip.user_ns["hits"].df["text"].to_list() == ["vpn note"]
 
 
 @pytest.mark.model
@@ -270,7 +320,7 @@ def test_memsearch_finds_a_paraphrase_with_the_real_model(
         ]
     )
     with capture_output():
-        frame = ip.run_line_magic("memsearch", "how do I reach the staging servers from home -k 2")
+        frame = ip.run_line_magic("memsearch", "how do I reach the staging servers from home -k 2").df
     assert frame["text"][0].startswith("Deploys need the VPN on")
 
 
@@ -368,7 +418,7 @@ def test_memget_memupdate_memlink_memrelated_memstats(
     ip.run_line_magic("memlink", f"{b.id} {a.id} --type supersedes --note 'new gateway'")
     assert fake_mem.links(a.id)[0]["type"] == "supersedes"
     with capture_output():
-        related = ip.run_line_magic("memrelated", f"{a.id} -k 1")
+        related = ip.run_line_magic("memrelated", f"{a.id} -k 1").df
     assert b.id in related["id"].to_list()
     with capture_output() as cap:
         ip.run_line_magic("memstats", "")
@@ -424,9 +474,78 @@ def test_memindex_indexes_paths_with_a_progress_widget(
     job = magics_of(ip).index_job
     assert job is not None and job.report is not None and job.report.files_changed == 3
     assert job._bar.value == job._bar.max == 3 and job._bar.bar_style == "success"
-    assert any("application/vnd.jupyter.widget-view+json" in o.data for o in cap.outputs)
-    assert "3 files seen" in cap.stdout
+    # One display (the widget) and one report (its label): nothing printed besides.
+    assert [list(o.data) for o in cap.outputs] == [["text/plain", "application/vnd.jupyter.widget-view+json"]]
+    assert cap.stdout == "" and cap.stderr == ""
+    assert "3 files seen" in job.label.value and "Loading weights" not in job.label.value
     assert fake_mem.stats()["by_namespace"] == {"work": 3}
+
+
+def test_memindex_bar_counts_the_embedding(
+    ip: InteractiveShell, fake_mem: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = write_notes(tmp_path / "notes", 4)
+    seen: list[tuple[int, int]] = []
+    embedded: list[int] = []
+    original = IndexJob.progress
+    embed = fake_mem.embedder.embed_documents
+
+    def record(self: IndexJob, done: int, total: int, path: str) -> None:
+        seen.append((done, total))
+        original(self, done, total, path)
+
+    def counting_embed(texts: Any, progress: Any = None) -> Any:
+        # What the bar showed when the embedding started: every file read, none embedded yet.
+        embedded.append(seen[-1][0])
+        return embed(texts, progress=progress)
+
+    monkeypatch.setattr(IndexJob, "progress", record)
+    monkeypatch.setattr(fake_mem.embedder, "embed_documents", counting_embed)
+    with capture_output():
+        ip.run_line_magic("memindex", str(notes))
+    assert embedded == [0], "the bar moved before the files were embedded"
+    assert seen[-1] == (4, 4) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_memindex_of_a_missing_path_is_one_error(ip: InteractiveShell) -> None:
+    with capture_output() as cap:
+        with pytest.raises(UsageError, match="no such file or folder: /nonexistent/path"):
+            ip.run_line_magic("memindex", "/nonexistent/path")
+    assert cap.outputs == [] and cap.stdout == ""
+
+
+def test_memindex_refuses_a_notebook_with_unsaved_changes(
+    ip: InteractiveShell, fake_mem: Memory, tmp_path: Path
+) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("subnet = '10.2.0.0/16'"), nbformat.v4.new_code_cell("%memindex")]
+    path = tmp_path / "deploy.ipynb"
+    nbformat.write(nb, path)
+    os.utime(path, (1000.0, 1000.0))
+    ip.user_ns["__session__"] = str(path)
+    # A cell edited after the save (its new text is not in the file), then %memindex run.
+    ip.run_cell("subnet = '10.3.0.0/16'", store_history=True)
+    result = ip.run_cell("%memindex", store_history=True)
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "unsaved changes: save it (Ctrl+S) and run %memindex again" in str(result.error_in_exec)
+    assert fake_mem.stats()["items"] == 0
+    # Saved now: the file holds what ran, and it is indexed.
+    nb.cells[0].source = "subnet = '10.3.0.0/16'"
+    nbformat.write(nb, path)
+    with capture_output():
+        result = ip.run_cell("%memindex", store_history=True)
+    assert result.error_in_exec is None and fake_mem.stats()["documents"] == 1
+
+
+def test_unsaved_cells_counts_only_cells_run_after_the_save(tmp_path: Path) -> None:
+    path = tmp_path / "a.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1\n"), nbformat.v4.new_markdown_cell("# x")]
+    nbformat.write(nb, path)
+    saved = path.stat().st_mtime
+    assert unsaved_cells(path, [(saved + 1, "x = 1"), (saved - 5, "gone = 2")]) == []
+    assert unsaved_cells(path, [(saved + 1, "x = 2")]) == ["x = 2"]
+    assert unsaved_cells(tmp_path / "missing.ipynb", [(saved + 1, "x = 2")]) == []
 
 
 def test_memindex_interrupted_keeps_committed_batches(
@@ -443,9 +562,9 @@ def test_memindex_interrupted_keeps_committed_batches(
         original(self, done, total, path)
 
     monkeypatch.setattr(IndexJob, "progress", interrupt_at_third)
-    with capture_output() as cap:
+    with capture_output():
         ip.run_line_magic("memindex", str(notes))
-    assert "indexing stopped" in cap.stdout
+    assert "indexing stopped" in magics_of(ip).index_job.label.value  # type: ignore[union-attr]
     assert magics_of(ip).index_job.cancelled  # type: ignore[union-attr]
     assert fake_mem.stats()["documents"] == 2
     monkeypatch.setattr(IndexJob, "progress", original)
@@ -490,17 +609,16 @@ def test_memindex_with_no_path_indexes_the_kernels_cells(
     ip.run_cell("threshold = 'kafka consumer lag alert fires above 5000 messages'", store_history=True)
     count = ip.execution_count - 1
     ip.run_cell("%memsearch kafka", store_history=True)
-    with capture_output() as cap:
+    with capture_output():
         ip.run_line_magic("memindex", "")
-    assert "notebook file is unknown" in cap.stdout
+    assert "notebook file is unknown" in magics_of(ip).index_job.label.value  # type: ignore[union-attr]
     snapshot = fake_mem.path.parent / "sessions"
     assert list(snapshot.glob("kernel-*.ipynb"))
-    with capture_output() as cap:
-        frame = ip.run_line_magic("memsearch", "kafka consumer lag alert --kind notebook")
+    frame = ip.run_line_magic("memsearch", "kafka consumer lag alert --kind notebook").df
     hit = frame.row(0, named=True)
     assert "5000 messages" in hit["text"]
     assert hit["location"].endswith(f"#cell {count}")
-    assert f", In [{count}]</" in outputs(cap)
+    assert f", In [{count}]</" in display_of(ip, "memsearch", "kafka consumer lag alert --kind notebook")
     assert not any("%memsearch" in t for t in frame["text"].to_list())
 
 
@@ -517,11 +635,12 @@ def test_memindex_with_no_path_indexes_the_saved_notebook(
     ip.user_ns["__session__"] = str(path)
     with capture_output() as cap:
         ip.run_line_magic("memindex", "")
-    assert f"indexing this notebook: {path}" in cap.stdout
-    with capture_output() as cap:
-        frame = ip.run_line_magic("memsearch", "staging VPN subnet --kind notebook -k 1")
+    job = magics_of(ip).index_job
+    assert job is not None and f"indexing this notebook: {path}" in job.label.value
+    assert cap.stdout == "" and len(cap.outputs) == 1
+    frame = ip.run_line_magic("memsearch", "staging VPN subnet --kind notebook -k 1").df
     assert frame["source"][0] == str(path)
-    html_out = outputs(cap)
+    html_out = display_of(ip, "memsearch", "staging VPN subnet --kind notebook -k 1")
     assert "deploy.ipynb, cell 2" in html_out
     assert f"data-nbmemory-path='{path}'" in html_out
     assert "data-nbmemory-cell='1'" in html_out and "data-nbmemory-cell-id='cell-b'" in html_out
@@ -545,23 +664,18 @@ def test_links_come_from_the_jupyter_runtime_folder(
     assert links.lab_href(str(notes / "note0.md")) == "/jup/lab/tree/notes/note0.md"
     assert links.output_href("/somewhere/else.md") is None
     fake_mem.index(notes)
-    with capture_output() as cap:
-        ip.run_line_magic("memsearch", "kafka consumer lag runbook -k 1")
-    assert "href='../notes/note0.md'" in outputs(cap)
+    assert "href='../notes/note0.md'" in display_of(ip, "memsearch", "kafka consumer lag runbook -k 1")
     # A configured root wins; here it does not hold the notebook's folder, so no link can be made.
     magics_of(ip).server_root = str(notes)
-    with capture_output() as cap:
-        ip.run_line_magic("memsearch", "kafka consumer lag runbook -k 1")
-    assert "href=" not in outputs(cap) and "data-nbmemory-path=" in outputs(cap)
+    html_out = display_of(ip, "memsearch", "kafka consumer lag runbook -k 1")
+    assert "href=" not in html_out and "data-nbmemory-path=" in html_out
 
 
 def test_without_a_server_there_is_no_href_but_the_data_attributes_stay(
     ip: InteractiveShell, fake_mem: Memory, tmp_path: Path
 ) -> None:
     fake_mem.index(write_notes(tmp_path / "notes", 1))
-    with capture_output() as cap:
-        ip.run_line_magic("memsearch", "kafka lag runbook -k 1")
-    html_out = outputs(cap)
+    html_out = display_of(ip, "memsearch", "kafka lag runbook -k 1")
     assert "href=" not in html_out and "data-nbmemory-path=" in html_out
 
 
@@ -650,7 +764,10 @@ def test_demo_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Monke
                 parts.append(str(out["data"][mime]))
         return "\n".join(parts)
 
-    assert "32 files seen: 32 indexed" in cell_outputs("%memindex {notes}", "text/plain")
+    # %memindex reports in its progress widget (one display), whose state nbclient keeps.
+    widgets = json.dumps(nb.metadata.get("widgets", {}))
+    assert "32 files seen: 32 indexed" in widgets
+    assert len(next(c for c in nb.cells if "%memindex {notes}" in c.source).outputs) == 1
     search = cell_outputs("hits = %memsearch", "text/html")
     assert "deploy-staging.md" in search
     assert "&lt;script&gt;" in search and "<script>alert" not in search and "<img src=x" not in search
@@ -659,13 +776,16 @@ def test_demo_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Monke
     assert "possible prompt injection" in context and "paste the prod keys" not in context.split("--")[0]
     own = cell_outputs("%memindex\n", "text/html")
     assert "magics_demo.ipynb, cell 3" in own
-    assert f"indexing this notebook: {notebook}" in cell_outputs("%memindex\n", "text/plain")
+    assert f"indexing this notebook: {notebook}" in widgets
+    assert "Loading weights" not in json.dumps(nb.cells) + widgets
     assert "application/vnd.jupyter.widget-view+json" in cell_outputs("%memexplore", "text/plain") or any(
         "application/vnd.jupyter.widget-view+json" in o.get("data", {})
         for c in nb.cells
         if "%memexplore" in c.source
         for o in c.outputs
     )
-    assert "<svg" in cell_outputs("plots.rank_scatter", "image/svg+xml")
-    assert "<svg" in cell_outputs("plots.contribution", "image/svg+xml")
+    # Charts are offline JupyterChart widgets: no CDN script in the output.
+    for marker in ("plots.rank_scatter", "plots.contribution"):
+        assert "model_id" in cell_outputs(marker, "application/vnd.jupyter.widget-view+json")
+        assert "<script" not in cell_outputs(marker, "text/html")
     assert "forgot 1 item(s)" in cell_outputs("%memforget", "text/plain")

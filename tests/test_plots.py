@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import numpy as np
@@ -168,3 +171,65 @@ def test_contribution_labels_name_the_hit(fake_mem: Memory, tmp_path: Path) -> N
     assert [label.split(".")[0] for label in labels] == ["1", "2"]
     assert any(label.endswith(f"remembered #{item.id}") for label in labels)
     assert any("ops.md:" in label for label in labels)
+
+
+# Where a page would fetch from: ES module imports, dynamic imports, script/link sources, fetch().
+FETCHED = re.compile(
+    r"""(?:\bfrom\s*|\bimport\s*\(?\s*|\bsrc\s*=\s*|\bhref\s*=\s*|\bfetch\(\s*)["'`]?(https?://[^"'`\s)]+)"""
+)
+CDNS = ("esm.sh", "jsdelivr", "unpkg", "cdnjs", "skypack")
+
+
+def test_charts_render_as_an_offline_jupyter_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[alt.JupyterChart] = []
+
+    class Recorded(alt.JupyterChart):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    # The renderer looks JupyterChart up in altair at each display.
+    monkeypatch.setattr(alt, "JupyterChart", Recorded)
+    assert alt.renderers.active == "jupyter" and alt.renderers.options["offline"] is True
+    for chart in (rank_scatter(hand_made_result()), contribution(hand_made_result())):
+        bundle, _ = chart._repr_mimebundle_()
+        view = bundle["application/vnd.jupyter.widget-view+json"]
+        assert view["model_id"] == made[-1].model_id
+        state = made[-1].get_state()
+        assert isinstance(state, dict) and len(state["_esm"]) > 100_000, "vega is not bundled"
+        # Everything the frontend gets: the bundle and the widget's state (its JavaScript included).
+        shipped = json.dumps(bundle) + json.dumps(state, default=str)
+        assert FETCHED.findall(shipped) == [] and not [c for c in CDNS if c in shipped]
+        # Drawn with marks: the spec the widget hands vega-embed has a mark, an encoding and data.
+        spec = state["spec"]
+        assert spec["mark"]["type"] in {"point", "bar"} and spec["encoding"] and spec["datasets"]
+
+
+def test_the_url_check_sees_a_cdn_import() -> None:
+    # The check above must be able to fail: altair's own online JupyterChart imports from esm.sh.
+    from altair.jupyter.jupyter_chart import load_js_src
+
+    assert FETCHED.findall(load_js_src())[0].startswith("https://esm.sh/vega-embed")
+
+
+def test_interactive_charts_zoom_and_select() -> None:
+    params = rank_scatter(hand_made_result()).to_dict()["params"]
+    assert {"bind": "scales"} in [{"bind": p.get("bind")} for p in params]
+    assert any(p.get("bind") == "legend" for p in params)
+    assert any(p.get("bind") == "legend" for p in contribution(hand_made_result()).to_dict()["params"])
+
+
+def test_a_renderer_the_user_chose_is_left_alone() -> None:
+    from nbmemory.plots import use_offline_charts
+
+    before = alt.renderers.active, dict(alt.renderers.options)
+    alt.renderers.enable("svg")
+    try:
+        use_offline_charts()
+        assert alt.renderers.active == "svg"
+        # Static pictures for export stay available.
+        assert (
+            rank_scatter(hand_made_result())._repr_mimebundle_()["image/svg+xml"].lstrip().startswith("<svg")
+        )
+    finally:
+        alt.renderers.enable(before[0], **before[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import pytest
 
 from nbmemory import Memory
 from nbmemory.notebook_context import Links
-from nbmemory.widgets import MemoryExplorer, chart_bundle
+from nbmemory.widgets import MemoryExplorer
 
 NOTES = [
     ("Deploys need the VPN on; staging uses the 10.2 subnet.", "work", ["ops"]),
@@ -144,14 +145,16 @@ def test_explain_panel_and_chart(explorer: MemoryExplorer) -> None:
     assert "[bm25]" in explorer.explain_html.value and "[convex]" in explorer.explain_html.value
     assert isinstance(explorer.chart, alt.Chart)
     assert explorer.chart.to_dict()["encoding"]["x"]["field"] == "bm25_rank"
-    assert "image/svg+xml" in explorer.chart_out.outputs[0]["data"]
+    # The Chart tab holds an offline JupyterChart showing the same chart.
+    assert isinstance(explorer.chart_view, alt.JupyterChart)
+    assert explorer.chart_view.spec["mark"]["type"] == "point"
     explorer.chart_picker.value = "contribution"
     assert explorer.chart_kind == "contribution"
     assert explorer.chart.to_dict()["encoding"]["x"]["field"] == "contribution"
     explorer.chart_kind = "scores"
     assert explorer.chart.to_dict()["encoding"]["column"]["field"] == "retriever"
     explorer.query = ""
-    assert explorer.chart is None and explorer.chart_out.outputs == ()
+    assert explorer.chart is None and explorer.chart_view.spec is None
 
 
 def test_stored_html_is_escaped_in_the_widget(fake_mem: Memory) -> None:
@@ -223,7 +226,10 @@ def test_search_now_and_initial_query(filled: Memory) -> None:
         explorer.close()
 
 
-def test_chart_bundle_is_offline_svg() -> None:
-    chart = alt.Chart(alt.Data(values=[{"a": 1}])).mark_point().encode(x="a:Q")
-    bundle = chart_bundle(chart)
-    assert bundle["image/svg+xml"].lstrip().startswith("<svg")
+def test_chart_tab_draws_offline(explorer: MemoryExplorer) -> None:
+    explorer.query = "vpn"
+    state = explorer.chart_view.get_state()
+    assert "esm.sh" not in state["_esm"] and not re.search(
+        r"""(?:from|import)\s*\(?\s*["']https?:""", state["_esm"]
+    )
+    assert state["spec"]["mark"]["type"] == "point"

@@ -209,21 +209,32 @@ class Indexer:
     ) -> None:
         pending: list[_FilePlan] = []
         pending_chunks = 0
-        for done, file in enumerate(files, start=1):
+        # Progress counts files finished: unchanged, skipped, or embedded and written. A file
+        # waiting in a batch counts once its chunks are embedded, so the bar is not full before
+        # the embedding (most of the time) is done. Each file's call comes before it is read:
+        # an interrupt or a cancel there stops before the next file.
+        for file in files:
             path = str(file)
             report.files_seen += 1
+            finished = report.files_seen - 1 - len(pending)
             if self.progress:
-                self.progress(done, len(files), path)
+                self.progress(finished, len(files), path)
             plan = self._plan(file, namespace, known.get(path), report)
             if plan is None:
                 continue
             pending.append(plan)
             pending_chunks += len(plan.rows)
             if pending_chunks >= BATCH_CHUNKS:
-                self._commit(pending, namespace, report)
+                self._commit(
+                    pending, namespace, report, finished=report.files_seen - len(pending), total=len(files)
+                )
                 pending, pending_chunks = [], 0
         if pending:
-            self._commit(pending, namespace, report)
+            self._commit(
+                pending, namespace, report, finished=report.files_seen - len(pending), total=len(files)
+            )
+        if self.progress and files:
+            self.progress(len(files), len(files), str(files[-1]))
 
     # -- planning: read, hash, chunk, redact ----------------------------------------------
     def _plan(
@@ -341,7 +352,10 @@ class Indexer:
         )
 
     # -- committing a batch -----------------------------------------------------------------
-    def _commit(self, plans: list[_FilePlan], namespace: str, report: IndexReport) -> None:
+    def _commit(
+        self, plans: list[_FilePlan], namespace: str, report: IndexReport, finished: int = 0, total: int = 0
+    ) -> None:
+        """Embed and write one batch; ``finished`` files (of ``total``) were done before it."""
         doc_ids = [p.doc_id for p in plans if p.doc_id is not None]
         old: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         if doc_ids:
@@ -378,7 +392,17 @@ class Indexer:
             unique.setdefault(row.hash, row)
         if unique:
             texts = [chunk_rows.embedding_text(r.heading, r.text) for r in unique.values()]
-            vecs = self.embedder.embed_documents(texts)
+            embedded = 0
+
+            def step(count: int) -> None:
+                # The batch's files, in proportion to the chunks embedded so far.
+                nonlocal embedded
+                embedded += count
+                if self.progress:
+                    share = len(plans) * embedded // len(texts)
+                    self.progress(finished + share, total, plans[max(share - 1, 0)].path)
+
+            vecs = self.embedder.embed_documents(texts, progress=step)
             for digest, vec in zip(unique, vecs, strict=True):
                 reusable[digest] = vec
         report.chunks_embedded += len(unique)

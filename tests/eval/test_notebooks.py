@@ -54,13 +54,23 @@ def _outputs(nb: nbformat.NotebookNode) -> list[dict[str, object]]:
 
 
 def _charts(nb: nbformat.NotebookNode) -> list[dict[str, object]]:
-    # Altair's mime type carries the Vega-Lite major version; the HTML renderer embeds vegaEmbed.
-    return [
-        o
-        for o in _outputs(nb)
-        if any(key.startswith("application/vnd.vegalite") for key in o.get("data", {}))
-        or "vegaEmbed" in str(o.get("data", {}).get("text/html", ""))
-    ]
+    """Chart outputs drawn offline: JupyterChart widgets whose spec has marks, and no CDN script."""
+    for o in _outputs(nb):
+        html = str(o.get("data", {}).get("text/html", ""))
+        assert "vegaEmbed" not in html and "cdn.jsdelivr" not in html, "a chart loads vega from a CDN"
+    # nbclient keeps each widget's last state in the notebook's metadata.
+    states = (
+        nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    )
+    charts = []
+    for o in _outputs(nb):
+        view = o.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+        spec = states.get(view["model_id"], {}).get("state", {}).get("spec") if view else None
+        if spec and (
+            "mark" in spec or "layer" in spec or "hconcat" in spec or "vconcat" in spec or "spec" in spec
+        ):
+            charts.append(o)
+    return charts
 
 
 def test_beir_evaluation_notebook(jupyter_env: Path) -> None:

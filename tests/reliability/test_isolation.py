@@ -502,11 +502,11 @@ def test_memcontext_memrelated_and_the_explorer_keep_to_the_namespace(shell: Any
         check("%memcontext", data, {"namespace": ns}, hits, 20)
         item_id = next(i for i, r in data.rows.items() if r.namespace == ns)
         with capture_output():
-            frame = shell.run_line_magic("memrelated", f"{item_id} -k 6")
+            frame = shell.run_line_magic("memrelated", f"{item_id} -k 6").df
         assert set(frame["namespace"].to_list()) <= {ns}
         TALLY.cases["%memrelated"] += 1
         with capture_output():
-            frame = shell.run_line_magic("memrelated", f"{item_id} -k 6 --ns {BIG}")
+            frame = shell.run_line_magic("memrelated", f"{item_id} -k 6 --ns {BIG}").df
         assert set(frame["namespace"].to_list()) <= {BIG}
         TALLY.cases["%memrelated"] += 1
         explorer = MemoryExplorer(_client(data), query="garden tomato", namespace=ns, top_k=15, debounce=0)
