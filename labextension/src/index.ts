@@ -103,8 +103,14 @@ async function revealLines(widget: any, target: ITarget): Promise<void> {
   const line = Math.min(Math.max(target.line_start - 1, 0), last);
   const end = Math.min(Math.max((target.line_end ?? target.line_start) - 1, line), last);
   editor.setCursorPosition({ line, column: 0 });
-  editor.revealSelection({ start: { line, column: 0 }, end: { line: end, column: 0 } });
-  editor.revealPosition({ line, column: 0 });
+  // CodeMirror's EditorView: centre the range's first line, with the lines above it for context.
+  const view = editor.editor;
+  const scrollIntoView = view?.constructor?.scrollIntoView;
+  if (scrollIntoView && view.state?.doc) {
+    view.dispatch({ effects: scrollIntoView(view.state.doc.line(line + 1).from, { y: 'center' }) });
+  } else {
+    editor.revealSelection({ start: { line, column: 0 }, end: { line: end, column: 0 } });
+  }
   editor.focus();
 }
 
