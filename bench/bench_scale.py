@@ -200,6 +200,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     log(f"  {out['search_work_ms']}")
 
+    if index.ivf is not None:
+        # How much the partitions miss: the vector side's top 10 and top 50 against an exact scan.
+        everything = np.ones(index.n, dtype=bool)
+        recall: dict[int, list[float]] = {10: [], 50: []}
+        for q in measured:
+            approx = [i for i, _ in index.nearest(qvecs[q], 50, None)]
+            exact = [i for i, _ in index.nearest(qvecs[q], 50, everything)]
+            for k in recall:
+                recall[k].append(len(set(approx[:k]) & set(exact[:k])) / k)
+        out["vector_recall_vs_exact"] = {f"at_{k}": round(float(np.mean(v)), 4) for k, v in recall.items()}
+        log(f"  recall of the partitions against an exact scan: {out['vector_recall_vs_exact']}")
+
     cached.query_vectors = None
     e2e: list[float] = []
     for q in measured[:100]:
