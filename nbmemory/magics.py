@@ -623,8 +623,10 @@ class MemoryMagics(Magics):
         """Index files and folders (markdown, notebooks, code, text), incrementally, with progress.
 
         With no path, indexes this notebook: its saved ``.ipynb`` file when the kernel knows it
-        (save first), else the cells this kernel has run, as ``sessions/kernel-<n>.ipynb`` next to
-        the memory file (cell ``i`` is ``In[i]``). Interrupt the kernel to stop (or, with
+        (refused, with a message, while the notebook has unsaved changes: save first), else the
+        cells this kernel has run, as ``sessions/kernel-<n>.ipynb`` next to the memory file
+        (cell ``i`` is ``In[i]``). One display: the progress bar (files read and embedded), then the
+        report in its place. Interrupt the kernel to stop (or, with
         ``--background``, press Cancel): every batch committed so far stays indexed.
 
         Examples::

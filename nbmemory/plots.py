@@ -340,7 +340,8 @@ def _item_label(position: int, doc: int, hit: Hit | None) -> str:
     if hit.source is None:
         where = "remembered"
     elif hit.cell_index is not None:
-        where = f"{PurePath(hit.source).name}, cell {hit.cell_index}"
+        # Cells count from 1, as in the hit table and JupyterLab's status bar.
+        where = f"{PurePath(hit.source).name}, cell {hit.cell_index + 1}"
     else:
         where = PurePath(hit.source).name + (f":{hit.line_start}" if hit.line_start is not None else "")
     return f"{position}. {where} #{doc}"

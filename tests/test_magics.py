@@ -481,6 +481,19 @@ def test_memindex_indexes_paths_with_a_progress_widget(
     assert fake_mem.stats()["by_namespace"] == {"work": 3}
 
 
+def test_memindex_in_a_terminal_prints_the_report_once(
+    ip: InteractiveShell, fake_mem: Memory, tmp_path: Path
+) -> None:
+    notes = write_notes(tmp_path / "notes", 2)
+    (notes / "bad.ipynb").write_text("{not json", encoding="utf-8")
+    magics_of(ip).progress = "text"
+    with capture_output() as cap:
+        ip.run_line_magic("memindex", str(notes))
+    assert cap.outputs == []
+    assert cap.stdout.count("3 files seen: 2 indexed") == 1
+    assert cap.stdout.count(f"skipped {notes / 'bad.ipynb'}") == 1
+
+
 def test_memindex_bar_counts_the_embedding(
     ip: InteractiveShell, fake_mem: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -233,3 +233,17 @@ def test_a_renderer_the_user_chose_is_left_alone() -> None:
         )
     finally:
         alt.renderers.enable(before[0], **before[1])
+
+
+def test_contribution_labels_count_cells_from_one(fake_mem: Memory, tmp_path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Intro"),
+        nbformat.v4.new_code_cell("rotate_token(every='30d')"),
+    ]
+    nbformat.write(nb, tmp_path / "ops.ipynb")
+    fake_mem.index(tmp_path)
+    items = spec(contribution(fake_mem.search("rotate_token every", k=2)))["values"]
+    assert "ops.ipynb, cell 2" in {v["item"].split(". ", 1)[1].rsplit(" #", 1)[0] for v in items}

@@ -36,13 +36,14 @@ CELLS = [
     "mem = %memory\n"
     'result = mem.search("how did I handle token rotation", k=8)\n'
     "plots.rank_scatter(result)",
+    "plots.contribution(result)",
     "%memsearch steps to deploy to staging -k 5",
     "explorer = %memexplore how did I handle token rotation\nexplorer",
     "%memindex ../notes.md --ns tour",
     # Last: Run All stops at a cell that fails.
     "%memindex /nonexistent/path",
 ]
-LOAD, CHART, SEARCH, EXPLORER, INDEX, MISSING = range(len(CELLS))
+LOAD, CHART, BARS, SEARCH, EXPLORER, INDEX, MISSING = range(len(CELLS))
 
 
 def fill_root(root: Path) -> None:
@@ -103,6 +104,18 @@ def test_the_chart_draws_offline_with_marks(notebook: Any) -> None:
     cell(panel, CHART).scroll_into_view_if_needed()
     cell(panel, CHART).locator(".jp-OutputArea").screenshot(
         path=str(SCREENSHOTS / "rank_scatter_jupyterlab.png")
+    )
+
+
+def test_the_contribution_chart_draws_its_bars(notebook: Any) -> None:
+    _, panel = notebook
+    chart = cell(panel, BARS).locator(".vega-embed svg.marks")
+    chart.wait_for(state="visible", timeout=60_000)
+    # Two bars (bm25, vector) per fused hit, k = 8.
+    assert chart.locator(".mark-rect path").count() >= 8
+    assert outputs(panel, BARS).count() == 1
+    cell(panel, BARS).locator(".jp-OutputArea").screenshot(
+        path=str(SCREENSHOTS / "contribution_jupyterlab.png")
     )
 
 
