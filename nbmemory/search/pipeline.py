@@ -30,11 +30,11 @@ from nbmemory.search.convex import convex, scale_bm25
 from nbmemory.search.filters import Filters
 from nbmemory.search.fusion import rrf
 from nbmemory.search.group import group_by_source
-from nbmemory.search.rows import CandidateRow, HitRow, fetch_rows
 from nbmemory.search.trace import Stage, Trace
 from nbmemory.search.vector import VectorRetriever
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database, utcnow
+from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows
 
 if TYPE_CHECKING:
     import polars as pl
@@ -346,11 +346,17 @@ class _Pool:
         return self._rows
 
     def meta(self) -> dict[int, decay.ItemSignals]:
+        """The recency signals, read afresh: retrieval counters change with every search log flush,
+        which does not invalidate the rows held for searches."""
+        if not self.ids:
+            return {}
+        found = self.db.fetchall(
+            "SELECT id, created_at, last_retrieved_at, importance, retrieval_count, pinned FROM chunks "
+            f"WHERE id IN ({', '.join(str(int(i)) for i in self.ids)}) AND deleted_at IS NULL"
+        )
         return {
-            i: decay.ItemSignals(
-                r.created_at, r.last_retrieved_at, float(r.importance), int(r.retrieval_count), bool(r.pinned)
-            )
-            for i, r in self.rows().items()
+            int(i): decay.ItemSignals(created, retrieved, float(importance), int(count), bool(pinned))
+            for i, created, retrieved, importance, count, pinned in found
         }
 
     def texts(self, ids: list[int]) -> dict[int, str]:

@@ -51,6 +51,10 @@ class Database:
         #: Counts changes of everything a search reads (FTS snapshot rebuilt, vectors swapped):
         #: copies held in memory (:mod:`nbmemory.store.hot`) built before one are stale.
         self.rebuilds = 0
+        #: Chunk rows written since the memory-resident copy of the rows was read (those are read
+        #: again from the table), and a counter bumped when every row may have changed.
+        self.dirty_rows: set[int] = set()
+        self.row_epoch = 0
         self.dropped_after_crash: list[str] = []
         wal = Path(f"{self.path}.wal").expanduser()
         unclean = self.path != ":memory:" and not read_only and wal.exists() and wal.stat().st_size > 0
@@ -98,15 +102,28 @@ class Database:
         self.dropped_after_crash = [str(name) for _, name in rows]
 
     def rows_changed(self, chunk_ids: object = None) -> None:
-        """Drop cached chunk rows (:func:`nbmemory.search.rows.fetch_rows`): these ids, or all."""
+        """Drop cached chunk rows (:func:`nbmemory.store.rows.fetch_rows`): these ids, or all."""
         cached = self.cache.get("rows")
-        if not isinstance(cached, dict):
-            return
         if chunk_ids is None:
-            cached.clear()
+            self.row_epoch += 1
+            if isinstance(cached, dict):
+                cached.clear()
             return
-        for i in chunk_ids:  # type: ignore[attr-defined]
-            cached.pop(int(i), None)
+        ids = [int(i) for i in chunk_ids]  # type: ignore[attr-defined]
+        self.dirty_rows.update(ids)
+        if isinstance(cached, dict):
+            for i in ids:
+                cached.pop(i, None)
+
+    def snapshot(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own in a read transaction begun now: the file as of this moment,
+        read while other statements go on (MVCC). Call with :attr:`lock` held; close it after."""
+        with self.lock:
+            con = self.con.cursor()
+            con.execute(f"USE {CATALOG}")
+            con.execute("BEGIN TRANSACTION")
+            con.execute("SELECT count(*) FROM chunks").fetchall()  # the transaction's snapshot starts
+        return con
 
     # -- basics --------------------------------------------------------------------------
     def execute(self, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:

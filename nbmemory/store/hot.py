@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from nbmemory.store import fts
+from nbmemory.store import rows as row_store
 from nbmemory.store.db import Database
 
 #: ``NBMEMORY_HOT=0`` serves every search through SQL (the reference path).
@@ -80,33 +81,53 @@ class HotIndex:
 
     # -- building ---------------------------------------------------------------------------
     def build(self, db: Database) -> None:
-        """Read everything from the store (under its lock): chunks, vectors, snapshot postings, delta."""
+        """Read everything: chunks, vectors, snapshot postings, delta, and (for a memory of up
+        to :data:`~nbmemory.store.rows.PRELOAD_MAX` chunks) every live row.
+
+        The reads run in a transaction of their own cursor, begun under the store's lock (no
+        write in flight: writers hold it for their whole transaction), so searches and writes go
+        on while it reads; writes committed after its start are noted and applied by :meth:`sync`.
+        """
         started = time.perf_counter()
         with db.lock:
             self.pending.clear()
             self.rebuilds = db.rebuilds
-            chunks = db.execute(
+            mark = fts.watermark(db)
+            has_fts = fts.index_exists(db)
+            has_delta = has_fts and fts.corpus_stats(db)[2] > 0
+            has_vectors = db.table_exists("vectors")
+            epoch = db.row_epoch
+            db.cache.pop("preloaded_rows", None)
+            db.dirty_rows.clear()
+            con = db.snapshot()
+        try:
+            chunks = con.execute(
                 "SELECT id, deleted_at IS NULL AS live, seq FROM chunks ORDER BY id"
             ).to_arrow_table()
             self.ids = chunks.column("id").to_numpy().astype(np.int64)
             self.n = len(self.ids)
             self.live = chunks.column("live").to_numpy(zero_copy_only=False).astype(bool)
             seq = chunks.column("seq").to_numpy(zero_copy_only=False)
-            self.snapshot = (seq <= fts.watermark(db)) & self.live
-            self._read_vectors(db)
+            self.snapshot = (seq <= mark) & self.live
+            self._read_vectors(con, has_vectors)
             self.ivf = _Ivf.build(self) if self.n > ANN_MIN_ROWS else None
-            self._read_postings(db)
-            self._read_delta(db)
+            self._read_postings(con, has_fts)
+            self._read_delta(con, has_delta)
+            preloaded = row_store.read_all(con) if self.n <= row_store.PRELOAD_MAX else None
+        finally:
+            con.close()
+        if preloaded is not None:
+            row_store.install(db, preloaded, epoch)
         self.build_ms = (time.perf_counter() - started) * 1000
         self.ready = True
 
-    def _read_vectors(self, db: Database) -> None:
+    def _read_vectors(self, con: Any, has_vectors: bool) -> None:
         self.mat = np.zeros((self.n, 0), dtype=np.float32)
         self.inv_norm = np.zeros(self.n, dtype=np.float32)
         self.has_vec = np.zeros(self.n, dtype=bool)
-        if not db.table_exists("vectors"):
+        if not has_vectors:
             return
-        table = db.execute("SELECT chunk_id, vec FROM vectors").to_arrow_table()
+        table = con.execute("SELECT chunk_id, vec FROM vectors").to_arrow_table()
         dim = int(table.schema.field("vec").type.list_size)
         self.mat = np.zeros((self.n, dim), dtype=np.float32)
         if table.num_rows == 0 or self.n == 0:
@@ -123,17 +144,17 @@ class HotIndex:
         norms = np.linalg.norm(vecs, axis=1)
         self.inv_norm[rows] = np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0)
 
-    def _read_postings(self, db: Database) -> None:
+    def _read_postings(self, con: Any, has_fts: bool) -> None:
         self.terms, self.offsets = {}, np.zeros(1, dtype=np.int64)
         self.post_rows = np.empty(0, dtype=np.int64)
-        if not fts.index_exists(db):
+        if not has_fts:
             return
         self.terms = {
             str(term): (int(tid), int(df))
-            for term, tid, df in db.fetchall(f"SELECT term, termid, df FROM {fts.FTS_SCHEMA}.dict")
+            for term, tid, df in con.execute(f"SELECT term, termid, df FROM {fts.FTS_SCHEMA}.dict").fetchall()
         }
         # fts_postings is sorted by (termid, chunk_id): one CSR row per term id.
-        post = db.execute("SELECT termid, chunk_id, tf, len FROM fts_postings").to_arrow_table()
+        post = con.execute("SELECT termid, chunk_id, tf, len FROM fts_postings").to_arrow_table()
         termids = post.column("termid").to_numpy()
         rows, found = self.rows_of(post.column("chunk_id").to_numpy())
         size = (max(tid for tid, _ in self.terms.values()) + 1) if self.terms else 0
@@ -145,10 +166,10 @@ class HotIndex:
         self.post_tf = post.column("tf").to_numpy().astype(np.float64)
         self.post_len = post.column("len").to_numpy().astype(np.float64)
 
-    def _read_delta(self, db: Database) -> None:
+    def _read_delta(self, con: Any, has_delta: bool) -> None:
         delta = _Delta()
-        if fts.index_exists(db) and fts.corpus_stats(db)[2]:
-            table = db.execute(
+        if has_delta:
+            table = con.execute(
                 f"""
                 SELECT term, chunk_id,
                        sum(CASE WHEN field = 0 THEN tf ELSE {fts.HEADING_WEIGHT} * tf END)::DOUBLE AS tf
@@ -158,7 +179,7 @@ class HotIndex:
             terms = table.column("term").to_pylist()
             rows, found = self.rows_of(table.column("chunk_id").to_numpy())
             tfs = table.column("tf").to_numpy()
-            lengths = db.execute("SELECT chunk_id, len FROM fts_delta_docs").to_arrow_table()
+            lengths = con.execute("SELECT chunk_id, len FROM fts_delta_docs").to_arrow_table()
             length = np.zeros(self.n, dtype=np.float64)
             lrows, lfound = self.rows_of(lengths.column("chunk_id").to_numpy())
             length[lrows[lfound]] = lengths.column("len").to_numpy()[lfound]
@@ -210,7 +231,7 @@ class HotIndex:
             if self.mat.shape[1] == 0 or not ok_got.all():
                 return False
             self._put_vectors(at_got, np.stack([fresh[int(i)] for i in got]))
-        self._read_delta(db)
+        self._read_delta(db.con, fts.index_exists(db) and fts.corpus_stats(db)[2] > 0)
         return True
 
     def _grow(self, new_ids: np.ndarray) -> None:

@@ -72,7 +72,8 @@ class SearchLog:
                     "UPDATE chunks SET retrieval_count = retrieval_count + t.n, last_retrieved_at = t.at "
                     "FROM _nbm_counts t WHERE chunks.id = t.id",
                 )
-                self.db.rows_changed(counts)
+                # Rows held for searches keep their old counters: the recency stage, the only
+                # reader, reads them afresh (nbmemory.search.pipeline._Pool.meta).
             self.db.con.executemany(
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [[log_id, *entry] for log_id, entry in zip(log_ids, pending, strict=True)],

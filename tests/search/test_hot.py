@@ -112,6 +112,11 @@ def test_writes_reach_the_index_without_a_rebuild(tmp_path: Path) -> None:
         assert hot.serving(mem.db) is index  # kept in step, not rebuilt
         served = mem.search("zanzibar quokka", k=5, log=False).ids
         assert first.id in served and second.id in served and gone not in served
+        # Rows the index holds are not served once written: tags, importance, text.
+        held = mem.search("git bisect", k=3, log=False).hits[0]
+        mem.update(held.id, tags=["retagged"], importance=0.9)
+        again = next(h for h in mem.search("git bisect", k=3, log=False).hits if h.id == held.id)
+        assert again.tags == ["retagged"] and again.importance == pytest.approx(0.9)
         assert gone not in mem.search("git bisect skip", k=50, log=False).ids
 
 
