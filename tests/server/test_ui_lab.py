@@ -39,6 +39,7 @@ NOTE = (
 )
 SEARCH_CELL = "%load_ext nbmemory\n%memsearch pelican cluster failover drain queue -k 3"
 NOTEBOOK_CELL = "%memsearch rotate tokens schedule --kind notebook -k 1"
+EXPLORER_CELL = "%load_ext nbmemory\n%memexplore pelican cluster failover"
 
 
 def fill_root(root: Path) -> None:
@@ -67,6 +68,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         searching.cells = [nbformat.v4.new_code_cell(SEARCH_CELL), nbformat.v4.new_code_cell(NOTEBOOK_CELL)]
         (lab.root / "work").mkdir()
         nbformat.write(searching, lab.root / "work" / "search.ipynb")
+        searching.cells = [nbformat.v4.new_code_cell(EXPLORER_CELL)]
+        nbformat.write(searching, lab.root / "work" / "explore.ipynb")
         yield lab
 
 
@@ -90,6 +93,17 @@ def open_search_notebook(page: Any) -> Any:
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     notebook.locator(".jp-Cell").nth(1).locator("a.nbmemory-loc").wait_for(timeout=180_000)
     return notebook
+
+
+def run_all(page: Any) -> None:
+    """Run every cell of the current notebook, picking its kernel if Lab asks which."""
+    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    select = page.locator(".jp-Dialog button", has_text="Select")
+    try:
+        select.wait_for(state="visible", timeout=5_000)
+    except sync_api.TimeoutError:
+        return
+    select.click()
 
 
 def line_on_screen(page: Any, line: int, text: str) -> None:
@@ -154,6 +168,27 @@ def test_notebook_link_in_memsearch_table_activates_the_cell(page: Any) -> None:
     sync_api.expect(cell_status).to_have_text(re.compile(rf"^Cell {position}/\d+$"))
 
 
+def test_explorer_link_opens_in_this_lab_at_the_line(page: Any, lab: Lab) -> None:
+    expected = lab.api("GET", "search?q=pelican+cluster+failover&k=1")["hits"][0]
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('docmanager:open', {path: 'work/explore.ipynb'}); }"
+    )
+    notebook = visible_notebook(page)
+    notebook.locator(".jp-Cell").first.wait_for(state="visible")
+    run_all(page)
+    link = notebook.locator(".jp-OutputArea a.nbmemory-loc[data-nbmemory-open='runbook.md']").first
+    link.wait_for(timeout=120_000)
+    # The widget's href is a whole new Lab in a new browser tab; the click must open the file here.
+    assert link.get_attribute("target") == "_blank"
+    pages_before = len(page.context.pages)
+    page.evaluate("() => { window.nbmemoryMark = 'same lab'; }")
+    link.click()
+    line_on_screen(page, expected["line_start"], NOTE.splitlines()[expected["line_start"] - 1])
+    page.wait_for_timeout(500)
+    assert len(page.context.pages) == pages_before
+    assert page.evaluate("() => window.nbmemoryMark") == "same lab"
+
+
 def test_sidebar_shows_the_location_at_its_default_width(page: Any) -> None:
     hits = search(page, "pelican cluster failover")
     first = hits.first
@@ -192,7 +227,9 @@ def test_sidebar_shows_the_location_at_its_default_width(page: Any) -> None:
 def test_sidebar_opens_a_markdown_hit_at_its_line(page: Any, lab: Lab) -> None:
     expected = lab.api("GET", "search?q=pelican+cluster+failover&k=1")["hits"][0]
     # Away from the note first, so the click has to bring it back at the line.
-    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', {path: 'deploy.ipynb'})")
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('docmanager:open', {path: 'deploy.ipynb'}); }"
+    )
     hits = search(page, "pelican cluster failover")
     hits.first.locator(".jp-nbmemory-location").click()
     line_on_screen(page, expected["line_start"], NOTE.splitlines()[expected["line_start"] - 1])
