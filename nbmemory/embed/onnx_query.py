@@ -83,6 +83,9 @@ class OnnxQueryEncoder:
             options = ort.SessionOptions()
             options.intra_op_num_threads = max(1, torch.get_num_threads())
             options.log_severity_level = 3
+            # One query per search: threads spinning after the run would only take the cores
+            # from the retrieval that follows it.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             inputs = [i.name for i in session.get_inputs()]
             encoder = cls(model, session, inputs)
