@@ -14,7 +14,7 @@ import pytest
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.search.pipeline import PipelineConfig
-from nbmemory.store import vectors
+from nbmemory.store import hot, vectors
 from nbmemory.store.chunks import embedding_text
 
 DIM = 32
@@ -135,7 +135,13 @@ def test_interrupted_reembed_resumes_and_equals_a_full_one(tmp_path: Path) -> No
         assert mem.db.get_meta("model_fingerprint") == "fake:b:32"
         assert mem.db.get_meta("reembed_target") is None
         assert not mem.db.table_exists("vectors_new")
-        assert vectors.index_exists(mem.db)
+        # The vector index serving searches is over the new vectors: the memory-resident copy
+        # (rebuilt after the swap), or the HNSW graph where searches go through SQL.
+        if vectors.persisted(mem.db):
+            assert vectors.index_exists(mem.db)
+        else:
+            index = hot.ensure(mem.db)
+            assert index is not None and int(index.has_vec.sum()) == 701
         assert_vectors_are(mem, "b")
         assert mem.search("zulu yankee xray", k=1).ids == extra
         # Re-embedding again from scratch gives the same vectors.
