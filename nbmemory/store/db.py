@@ -116,8 +116,8 @@ class Database:
                 cached.pop(i, None)
 
     def snapshot(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of its own in a read transaction begun now: the file as of this moment,
-        read while other statements go on (MVCC). Call with :attr:`lock` held; close it after."""
+        """A cursor of its own in a read transaction begun now (under :attr:`lock`, so no write
+        is half done): the file as of this moment, read while other statements go on. Close it."""
         with self.lock:
             con = self.con.cursor()
             con.execute(f"USE {CATALOG}")

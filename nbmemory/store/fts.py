@@ -311,7 +311,8 @@ def corpus_stats(db: Database) -> tuple[int, float, int, int]:
     return stats
 
 
-def _idf(n: float, df: float) -> float:
+def idf(n: float, df: float) -> float:
+    """BM25's IDF of a term ``df`` of ``n`` documents hold (the fts extension's formula)."""
     return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
 
 
@@ -323,10 +324,10 @@ def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], 
     n_idx, _, n_delta, _ = corpus_stats(db)
     n = float(n_idx) + float(n_delta)
     table = {
-        term: (_idf(n, float(df_idx + df_delta)), int(df_idx + df_delta))
+        term: (idf(n, float(df_idx + df_delta)), int(df_idx + df_delta))
         for term, _, df_idx, df_delta in _term_stats(db, terms)
     }
-    return table, _idf(n, 0.0)
+    return table, idf(n, 0.0)
 
 
 def search(
@@ -353,11 +354,11 @@ def search(
     n_idx, avgdl_idx, n_delta, len_delta = corpus_stats(db)
     n = float(n_idx) + float(n_delta)
     avgdl = max((float(n_idx) * float(avgdl_idx) + float(len_delta)) / max(n, 1.0), 1.0)
-    idf = {term: _idf(n, float(df_idx) + float(df_delta)) for term, _, df_idx, df_delta, *_ in stats}
+    term_idf = {term: idf(n, float(df_idx) + float(df_delta)) for term, _, df_idx, df_delta, *_ in stats}
     termids = [int(tid) for _, tid, *_ in stats if tid is not None]
-    id_idf = [idf[term] for term, tid, *_ in stats if tid is not None]
+    id_idf = [term_idf[term] for term, tid, *_ in stats if tid is not None]
     delta_terms = [term for term, _, _, df_delta, *_ in stats if df_delta]
-    delta_idf = [idf[t] for t in delta_terms]
+    delta_idf = [term_idf[t] for t in delta_terms]
     parts: list[str] = []
     args: list[Any] = []
     norm = f"({K1} + 1) / (p.tf + {K1} * (1 - {B} + {B} * p.len / {avgdl!r}))"

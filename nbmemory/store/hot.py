@@ -284,7 +284,7 @@ class HotIndex:
         term_rows: dict[str, np.ndarray] = {}
         for term in terms:
             tid, df_idx = self.terms.get(term, (None, 0))
-            idf = _idf(n, float(df_idx) + float(self.delta.df.get(term, 0)))
+            idf = fts.idf(n, float(df_idx) + float(self.delta.df.get(term, 0)))
             parts = []
             if tid is not None and tid + 1 < len(self.offsets):
                 lo, hi = self.offsets[tid], self.offsets[tid + 1]
@@ -323,8 +323,8 @@ class HotIndex:
         table = {}
         for term in terms:
             df = self.terms.get(term, (None, 0))[1] + self.delta.df.get(term, 0)
-            table[term] = (_idf(n, float(df)), int(df))
-        return table, _idf(n, 0.0)
+            table[term] = (fts.idf(n, float(df)), int(df))
+        return table, fts.idf(n, 0.0)
 
     def nearest(self, query: np.ndarray, limit: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
         """Top ``limit`` (chunk id, cosine similarity), best first, ties by id: an exact scan, or
@@ -361,14 +361,11 @@ class HotIndex:
 
 
 def vectors_of(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
+    """The stored vectors of ``chunk_ids``, read from the table (``vectors.get``)."""
     rows = db.fetchall(
         "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
     )
     return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
-
-
-def _idf(n: float, df: float) -> float:
-    return math.log((n - df + 0.5) / (df + 0.5) + 1.0)
 
 
 def _bm25(idf: float, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:

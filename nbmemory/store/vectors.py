@@ -225,11 +225,8 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
 
 
 def get(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
-    rows = db.fetchall(
-        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
-        [chunk_ids],
-    )
-    return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
+    """The stored vectors of ``chunk_ids``, read from the table."""
+    return hot.vectors_of(db, chunk_ids)
 
 
 def get_many(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:

@@ -86,16 +86,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_root(root: Path) -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
+def deploy_cells() -> list[Any]:
+    """The deploy runbook notebook's cells, which the UI tests search and open."""
+    return [
         nbformat.v4.new_markdown_cell("# Deploy runbook\n\nSteps we follow for every release."),
         nbformat.v4.new_code_cell("import pandas as pd\nframe = pd.read_csv('releases.csv')"),
         nbformat.v4.new_markdown_cell("## Checks\n\nLook at the dashboards before and after."),
         nbformat.v4.new_code_cell("rotate_tokens(every='30d')  # token rotation schedule for the API keys"),
         nbformat.v4.new_code_cell("print('staging deploys need the VPN on')"),
-        nbformat.v4.new_code_cell("scratch = 'notes typed here'"),
     ]
+
+
+def write_root(root: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [*deploy_cells(), nbformat.v4.new_code_cell("scratch = 'notes typed here'")]
     nbformat.write(nb, root / "deploy.ipynb")
     (root / "notes.md").write_text(
         "# Team notes\n\n## Databases\n\nThe analytics warehouse is DuckDB; backups run nightly.\n"

@@ -18,6 +18,7 @@ import pytest
 from tests.server.test_ui import (  # noqa: F401 (the two jp_ fixtures override pytest-jupyter's)
     SCREENSHOTS,
     Lab,
+    deploy_cells,
     jp_asyncio_loop,
     jp_server_cleanup,
     lab_page,
@@ -45,13 +46,7 @@ EXPLORER_CELL = "%load_ext nbmemory\n%memexplore pelican cluster failover"
 def fill_root(root: Path) -> None:
     (root / "runbook.md").write_text(NOTE)
     nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_markdown_cell("# Deploy runbook\n\nSteps we follow for every release."),
-        nbformat.v4.new_code_cell("import pandas as pd\nframe = pd.read_csv('releases.csv')"),
-        nbformat.v4.new_markdown_cell("## Checks\n\nLook at the dashboards before and after."),
-        nbformat.v4.new_code_cell("rotate_tokens(every='30d')  # token rotation schedule for the API keys"),
-        nbformat.v4.new_code_cell("print('staging deploys need the VPN on')"),
-    ]
+    nb.cells = deploy_cells()
     nbformat.write(nb, root / "deploy.ipynb")
 
 
