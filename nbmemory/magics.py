@@ -46,6 +46,7 @@ from nbmemory.frontend import (
     tune_options,
 )
 from nbmemory.search.filters import KINDS
+from nbmemory.tune.job import TuneJob
 
 if TYPE_CHECKING:
     from nbmemory.ingest.indexer import IndexReport
@@ -298,6 +299,8 @@ class MemoryMagics(Magics):
         self._memory: Memory | SharedMemory | None = None
         self._owns_memory = False
         self.index_job: IndexJob | None = None
+        self.tune_job: TuneJob | None = None
+        self._tune_show: Callable[..., None] | None = None
         self.last_result: SearchResult | None = None
         # (time, source) of the cells run in this kernel, newest last.
         self._cells_run: deque[tuple[float, str]] = deque(maxlen=500)
@@ -710,6 +713,11 @@ class MemoryMagics(Magics):
 
     @magic_arguments()
     @magic_options(*TUNE_OPTIONS)
+    @argument(
+        "--background",
+        action="store_true",
+        help="tune in a background thread and return its TuneJob at once (the kernel stays free)",
+    )
     @line_magic
     def memtune(self, line: str) -> Any:
         """Fine-tune the embedding model on this memory; adopt it only if it is better.
@@ -721,12 +729,21 @@ class MemoryMagics(Magics):
         progress widget; returns the report (``report.summary()``). ``nbmemory models`` lists
         the versions. Minutes on a CPU: see the README for measured times.
 
+        With ``--background`` the run goes on in a thread and the magic returns its ``TuneJob``
+        at once: the widget follows it, searches and other cells run meanwhile with the current
+        model, and ``job.result()`` waits for the report (``job.status()`` says where it is).
+        One run at a time per kernel.
+
         Example::
 
             report = %memtune --epochs 1
+            job = %memtune --background
         """
         args = _parse(self.memtune, line)
         with _as_usage_errors():
+            running = self.tune_job
+            if args.background and running is not None and not running.done:
+                raise UsageError(f"a tuning run is already going on ({running.status()}): wait for it")
             options = tune_options(vars(args))
             memory = self.memory
             local = owned_memory(
@@ -735,13 +752,27 @@ class MemoryMagics(Magics):
                 "run %memtune there, or `nbmemory tune` once it is closed",
             )
             progress = self._tune_progress()
+            if args.background:
+                self.tune_job = TuneJob(
+                    lambda tick: local.tune(options, progress=tick), progress, self._tune_ended
+                )
+                return self.tune_job
             report = local.tune(options, progress=progress)
         print(report.summary())
         return report
 
+    def _tune_ended(self, job: TuneJob) -> None:
+        """Where a background run ends: its line in the widget, or on stderr in a terminal."""
+        show = self._tune_show
+        if show is not None:
+            show("done" if job.state == "done" else "failed", 1.0, job.status())
+        else:
+            print(f"%memtune: {job.status()}", file=sys.stderr)
+
     def _tune_progress(self) -> Any:
         """A progress display for %memtune: a widget in a notebook, stderr lines in a terminal."""
         phases = ("mining", "training", "embedding", "gate")
+        self._tune_show = None
         if self._use_widgets():
             import ipywidgets as widgets
 
@@ -749,13 +780,14 @@ class MemoryMagics(Magics):
             label = widgets.HTML("<small>starting</small>")
             display(widgets.HBox([bar, label]))
 
-            def show(phase: str, fraction: float) -> None:
+            def show(phase: str, fraction: float, text: str = "") -> None:
                 done = phases.index(phase) if phase in phases else len(phases)
                 bar.value = min(1.0, (done + fraction) / len(phases))
-                label.value = f"<small>{html.escape(phase)} {fraction:.0%}</small>"
-                if phase == "done":
-                    bar.bar_style = "success"
+                label.value = f"<small>{html.escape(text or f'{phase} {fraction:.0%}')}</small>"
+                if phase in ("done", "failed"):
+                    bar.bar_style = "success" if phase == "done" else "danger"
 
+            self._tune_show = show
             return show
         if self.progress == "none":
             return None

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,6 +88,9 @@ class Memory:
         self.db = Database(settings.db_path)
         self._embedder = embedder
         self._model_checked = False
+        #: Held from a write's embedding to its commit, and by a model swap: a write never stores
+        #: a vector of the model a swap (a background ``tune``) just replaced.
+        self._model_use = threading.RLock()
         self._model_mismatch: str | None = None
         self._search_log = SearchLog(self.db)
         if not fts.index_exists(self.db):
@@ -169,8 +172,8 @@ class Memory:
     ) -> IndexReport:
         if not paths:
             raise ConfigError("index needs at least one file or folder")
-        embedder = self._require_model_match()
-        with stderr_bar("indexing", self.show_progress) as bar:
+        with self._model_use, stderr_bar("indexing", self.show_progress) as bar:
+            embedder = self._require_model_match()
             max_bytes = int(self.settings.max_file_mb * 1e6)
             indexer = Indexer(self.db, embedder, max_bytes, progress=progress or bar, log=self._log)
             report = indexer.run(paths, namespace or self.settings.namespace)
@@ -262,13 +265,16 @@ class Memory:
         request_key: str | None = None,
     ) -> list[int]:
         """Redact, embed and insert remembered texts in one transaction, with their request key."""
-        embedder = self._require_model_match()
         ns = namespace or self.settings.namespace
         rows = remembered_rows(texts, ns, tags, importance, sources, headings)
-        vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
-        with self.db.transaction():
-            new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow())
-            self._search_log.note_rows(request_keys.record(self.db, request_key, ",".join(map(str, new_ids))))
+        with self._model_use:
+            embedder = self._require_model_match()
+            vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
+            with self.db.transaction():
+                new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow())
+                self._search_log.note_rows(
+                    request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
+                )
         return new_ids
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
@@ -290,12 +296,13 @@ class Memory:
         if importance is not None:
             validate.check_importance(importance)
         new_text = None
-        if text is not None and text.strip() and text.strip() != item.text:
-            clean = redact(text.strip()).text
-            embedder = self._require_model_match()
-            new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
-        with self.db.transaction():
-            item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
+        with self._model_use:
+            if text is not None and text.strip() and text.strip() != item.text:
+                clean = redact(text.strip()).text
+                embedder = self._require_model_match()
+                new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
+            with self.db.transaction():
+                item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
         vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
@@ -398,6 +405,11 @@ class Memory:
     def _reembed(self, embedder: Embedder) -> int:
         with stderr_bar("re-embedding", self.show_progress) as progress:
             reembed.stage(self.db, embedder, progress)
+            return self._swap(embedder, progress)
+
+    def _swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
+        # After every write that began with the old model has committed, before the next starts.
+        with self._model_use:
             return reembed.swap(self.db, embedder, self._switch_model, progress)
 
     def _switch_model(self, embedder: Embedder) -> None:
@@ -432,8 +444,9 @@ class Memory:
 
         current = self._require_model_match()
         self.flush()  # the search log is one of the query sources
-        adopt = partial(reembed.swap, self.db, on_swapped=self._switch_model)
-        return tune_memory(self.db, current, self.settings, self.pipeline_config, adopt, options, progress)
+        return tune_memory(
+            self.db, current, self.settings, self.pipeline_config, self._swap, options, progress
+        )
 
     def stats(self) -> dict[str, Any]:
         self.flush()

@@ -1,4 +1,5 @@
-"""``%memtune`` through a real IPython shell: mistakes are UsageErrors, a run shows a widget."""
+"""``%memtune`` through a real IPython shell: mistakes are UsageErrors, a run shows a widget, a
+background run leaves the kernel free and reports how it ended."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from traitlets.config import Config
 
 from nbmemory import Memory
 from nbmemory.embed import SentenceTransformerEmbedder
+from nbmemory.errors import NbMemoryError
 from nbmemory.magics import MemoryMagics
+from nbmemory.tune.job import TuneJob
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +75,51 @@ def test_memtune_runs_with_a_progress_widget(
         assert "keep the current model" in out.stdout
         assert any("application/vnd.jupyter.widget-view+json" in o.data for o in out.outputs)
         assert mem.db.get_meta("model_fingerprint") == real_embedder.fingerprint
+
+
+def test_memtune_in_the_background_leaves_the_kernel_free(
+    shell: InteractiveShell, notes_copy: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    magics = magics_of(shell)
+    with Memory(notes_copy, embedder=real_embedder) as mem:
+        magics.memory = mem
+        magics.progress = "widget"
+        line = "--background --max-steps 2 --max-triples 16 --batch-size 8 --min-gain 1 --query-source title,first_sentence"
+        try:
+            with capture_output() as out:
+                job = shell.run_line_magic("memtune", line)
+            assert isinstance(job, TuneJob)
+            assert any("application/vnd.jupyter.widget-view+json" in o.data for o in out.outputs)
+            # The kernel is free: searches and writes run while the job tunes.
+            with pytest.raises(UsageError, match="already going on"):
+                shell.run_line_magic("memtune", line)
+            hits = shell.run_line_magic("memsearch", "rotate the github token")
+            assert len(hits) > 0
+            mem.remember("The tuning run went on while this was written.", heading="background")
+            report = job.result(timeout=600)
+        finally:
+            magics.memory = None
+            magics.progress = "auto"
+        assert job.done and job.state == "done"
+        assert not report.adopted and report.training.steps == 2
+        assert job.status().startswith("finished") and "keep the current model" in job.status()
+        assert mem.db.get_meta("model_fingerprint") == real_embedder.fingerprint
+
+
+def test_a_failed_background_run_says_why(
+    shell: InteractiveShell, tmp_path: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    magics = magics_of(shell)
+    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
+        mem.remember("Deploys need the VPN on.", heading="Deploy")
+        magics.memory = mem
+        magics.progress = "none"
+        try:
+            job = shell.run_line_magic("memtune", "--background")
+            assert job.wait(120)
+        finally:
+            magics.memory = None
+            magics.progress = "auto"
+    assert job.state == "failed" and "too small to tune" in job.status()
+    with pytest.raises(NbMemoryError, match="too small to tune"):
+        job.result()

@@ -120,3 +120,45 @@ def test_tune_needs_a_sentence_transformers_model_and_enough_content(
         mem.remember("Deploys need the VPN on. Staging uses the 10.2 subnet.", heading="Deploy to staging")
         with pytest.raises(ConfigError, match="too small to tune"):
             mem.tune(TuneOptions(train=TINY))
+
+
+def test_writes_during_a_model_switch_store_vectors_of_the_model_in_use(tmp_path: Path) -> None:
+    """A switch running in another thread (a background ``%memtune`` adopting its candidate) waits
+    for the write that embedded with the old model; the writes after it use the new one."""
+    import threading
+
+    from nbmemory.store.chunks import embedding_text
+    from nbmemory.tune import versions
+    from tests.tune.test_doctor_tuned import NOTES, _a_tuned_model
+
+    db_path = tmp_path / "m.duckdb"
+    with Memory(db_path) as mem:
+        mem.remember_many(NOTES)
+        mem.models()  # records the base version
+        folder = _a_tuned_model(versions.models_dir(db_path) / "v1")
+        tuned = SentenceTransformerEmbedder(str(folder), device="cpu")
+        with mem.db.transaction():
+            versions.record(
+                mem.db,
+                "v1",
+                str(folder),
+                status="adopted",
+                base_model=mem.settings.model,
+                fingerprint=tuned.fingerprint,
+            )
+        switch = threading.Thread(target=mem.use_model, args=("v1",))
+        switch.start()
+        written = 0
+        while switch.is_alive() or written < 3:
+            mem.remember(f"Note {written} written while the model was being switched.", heading="during")
+            written += 1
+        switch.join()
+        assert mem.db.get_meta("model_fingerprint") == tuned.fingerprint
+        rows = mem.db.fetchall(
+            "SELECT c.heading, c.text, v.vec FROM chunks c JOIN vectors v ON v.chunk_id = c.id "
+            "WHERE c.deleted_at IS NULL"
+        )
+        assert len(rows) == len(NOTES) + written
+        stored = np.asarray([r[2] for r in rows], dtype=np.float32)
+        fresh = tuned.embed_documents([embedding_text(r[0], r[1]) for r in rows])
+        np.testing.assert_allclose(np.sum(stored * fresh, axis=1), 1.0, atol=1e-4)
