@@ -1,0 +1,166 @@
+"""How well the no-answer signals separate questions without an answer, on the notes and on smaller
+memories cut from them.
+
+    .venv/bin/python bench/noanswer_signals.py                 # full corpus + 600/600/300-note subsets
+
+For every judged question (``bench/data/notes-queries.jsonl``, dev and test) and every memory
+(the whole jbranchaud-til corpus, then seeded random subsets holding up to a quarter of their notes from
+the target notes, the questions whose targets all fell out dropped), it records what the search knows
+at query time: the best cosine, the share of the query's IDF mass held by words no item holds
+(``unseen``) and the share the best keyword match holds (``coverage``). It then searches rules of
+the form "flag when best cosine < a and unseen >= u and coverage < b" for the one that flags the
+most dev misses over every memory with no dev false flag, and reports it, and the shipped rule
+(cosine < 0.60, unseen >= 0.35, any coverage, not below 1,000 items), on the test questions of
+every memory. Writes ``bench/results/noanswer-signals.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbmemory import Memory, PipelineConfig
+from nbmemory.embed.sentence import SentenceTransformerEmbedder
+from nbmemory.eval.cache import CachedEmbedder
+from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store
+from nbmemory.eval.report import write_json
+from nbmemory.search import reject
+from nbmemory.search.base import Query
+from nbmemory.search.bm25 import idfs as bm25_idfs
+from nbmemory.search.filters import Filters
+from nbmemory.search.pipeline import SearchPipeline
+from nbmemory.search.trace import Trace
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
+QUERIES = REPO / "bench" / "data" / "notes-queries.jsonl"
+OUT = REPO / "bench" / "results" / "noanswer-signals.json"
+#: (notes, seed) of the smaller memories.
+SUBSETS = ((600, 0), (600, 1), (300, 2))
+
+
+def subset(root: Path, targets: list[str], size: int, seed: int, into: Path) -> Path:
+    """``size`` notes of ``root`` copied to ``into``: a quarter-size sample of ``targets``, then others."""
+    rng = random.Random(seed)
+    every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
+    keep = set(rng.sample(targets, k=min(len(targets), size // 4)))
+    others = [f for f in every if f not in set(targets)]
+    chosen = keep | set(rng.sample(others, k=size - len(keep)))
+    for name in chosen:
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / name, into / name)
+    return into
+
+
+def signals(corpus: Path, embedder: CachedEmbedder) -> list[dict[str, Any]]:
+    """Per question answerable in ``corpus`` (or without an answer): the query-time signals."""
+    present = {p.relative_to(corpus).as_posix() for p in corpus.rglob("*.md")}
+    questions = [
+        q
+        for q in load_queries(QUERIES, "all", corpus=CORPUS)
+        if not q.targets or any(t in present for t in q.targets)
+    ]
+    info = prepare_notes_store(corpus, embedder, None, cache=True, log=None)
+    rows = []
+    with Memory(info.path, embedder=embedder, namespace=_NAMESPACE) as mem:
+        pipeline = SearchPipeline(mem.db, embedder, PipelineConfig())
+        items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+        for q in questions:
+            found = pipeline._retrieve(Query(q.query, embedder), 50, Filters(), Trace(q.query))
+            evidence = pipeline._evidence(q.query, found["bm25"])
+            assert evidence is not None
+            unseen, _ = reject.unseen_share(
+                q.query, evidence.mass, evidence.unseen_idf, evidence.missing_terms
+            )
+            bm25 = found["bm25"]
+            idf, _ = bm25_idfs(mem.db, bm25.terms) if bm25.terms else ({}, 0.0)
+            coverage = max(
+                (sum(idf[t][0] for t in bm25.matched.get(i, ()) if t in idf) for i in bm25.ids), default=0.0
+            )
+            rows.append(
+                {
+                    "qid": q.qid,
+                    "kind": q.kind,
+                    "split": q.split,
+                    "items": items,
+                    "cosine": max(found["vector"].scores.values(), default=-1.0),
+                    "unseen": unseen,
+                    "coverage": coverage / evidence.mass if evidence.mass > 0 else 0.0,
+                }
+            )
+    return rows
+
+
+def counts(
+    rows: list[dict[str, Any]], a: float, u: float, b: float, floor: int = 0
+) -> tuple[int, int, int, int]:
+    """(misses flagged, misses, answerable flagged, answerable) under one rule."""
+    flagged = [
+        r["cosine"] < a and r["unseen"] >= u and r["coverage"] < b and r["items"] >= floor for r in rows
+    ]
+    miss = [f for f, r in zip(flagged, rows, strict=True) if r["kind"] == "miss"]
+    answerable = [f for f, r in zip(flagged, rows, strict=True) if r["kind"] != "miss"]
+    return sum(miss), len(miss), sum(answerable), len(answerable)
+
+
+def main() -> int:
+    embedder = CachedEmbedder(SentenceTransformerEmbedder(), _dataset_name(CORPUS), log=None)
+    targets = sorted({t for q in load_queries(QUERIES, "all", corpus=CORPUS) for t in q.targets})
+    memories: dict[str, list[dict[str, Any]]] = {"all 1,871 notes": signals(CORPUS, embedder)}
+    work = Path(tempfile.mkdtemp(prefix="nbm-noanswer-"))
+    try:
+        for size, seed in SUBSETS:
+            folder = subset(CORPUS, targets, size, seed, work / f"notes-{size}-{seed}" / "corpus")
+            memories[f"{size} notes (seed {seed})"] = signals(folder, embedder)
+            print(f"{size} notes (seed {seed}) done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def split(name: str, part: str) -> list[dict[str, Any]]:
+        return [r for r in memories[name] if r["split"] == part]
+
+    best: tuple[int, float, float, float] | None = None
+    for a, u, b in itertools.product(
+        np.arange(0.40, 0.66, 0.01), np.arange(0.0, 0.5, 0.02), (0.3, 0.4, 0.5, 0.6, 0.7, 1.01)
+    ):
+        results = [counts(split(name, "dev"), a, u, b) for name in memories]
+        if all(r[2] == 0 for r in results):
+            flagged = sum(r[0] for r in results)
+            if best is None or flagged > best[0]:
+                best = (flagged, float(a), float(u), float(b))
+    assert best is not None
+    _, a, u, b = best
+    rules = {
+        f"fitted on dev: cosine < {a:.2f}, unseen >= {u:.2f}, coverage < {b:.2f}": (a, u, b, 0),
+        "shipped: cosine < 0.60, unseen >= 0.35, 1,000 items or more": (0.60, reject.UNSEEN_SHARE, 9.0, 1000),
+        "shipped without the 1,000-item floor": (0.60, reject.UNSEEN_SHARE, 9.0, 0),
+    }
+    table = []
+    print(
+        "| rule | memory | items | dev misses flagged | dev false flags | test misses flagged | test false flags |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for rule, (ra, ru, rb, floor) in rules.items():
+        for name in memories:
+            dev = counts(split(name, "dev"), ra, ru, rb, floor)
+            test = counts(split(name, "test"), ra, ru, rb, floor)
+            items = memories[name][0]["items"]
+            table.append({"rule": rule, "memory": name, "items": items, "dev": dev, "test": test})
+            print(
+                f"| {rule} | {name} | {items} | {dev[0]}/{dev[1]} | {dev[2]}/{dev[3]} "
+                f"| {test[0]}/{test[1]} | {test[2]}/{test[3]} |"
+            )
+    write_json({"memories": memories, "rules": table}, OUT)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
