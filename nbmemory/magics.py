@@ -742,7 +742,7 @@ class MemoryMagics(Magics):
         args = _parse(self.memtune, line)
         with _as_usage_errors():
             running = self.tune_job
-            if args.background and running is not None and not running.done:
+            if running is not None and not running.done:
                 raise UsageError(f"a tuning run is already going on ({running.status()}): wait for it")
             options = tune_options(vars(args))
             memory = self.memory
@@ -753,17 +753,19 @@ class MemoryMagics(Magics):
             )
             progress = self._tune_progress()
             if args.background:
+                show = self._tune_show
                 self.tune_job = TuneJob(
-                    lambda tick: local.tune(options, progress=tick), progress, self._tune_ended
+                    lambda tick: local.tune(options, progress=tick),
+                    progress,
+                    lambda job: self._tune_ended(job, show),
                 )
                 return self.tune_job
             report = local.tune(options, progress=progress)
         print(report.summary())
         return report
 
-    def _tune_ended(self, job: TuneJob) -> None:
-        """Where a background run ends: its line in the widget, or on stderr in a terminal."""
-        show = self._tune_show
+    def _tune_ended(self, job: TuneJob, show: Callable[..., None] | None) -> None:
+        """Where a background run ends: its line in its widget, or on stderr in a terminal."""
         if show is not None:
             show("done" if job.state == "done" else "failed", 1.0, job.status())
         else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -28,6 +27,7 @@ from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
+from nbmemory.model_use import ModelUse
 from nbmemory.progress import stderr_bar
 from nbmemory.search.pipeline import MAX_K, PipelineConfig, SearchPipeline, SearchResult
 from nbmemory.store import chunks as chunk_rows
@@ -88,9 +88,9 @@ class Memory:
         self.db = Database(settings.db_path)
         self._embedder = embedder
         self._model_checked = False
-        #: Held from a write's embedding to its commit, and by a model swap: a write never stores
-        #: a vector of the model a swap (a background ``tune``) just replaced.
-        self._model_use = threading.RLock()
+        #: Writes share it from embedding to commit, a model swap holds it alone: a write never
+        #: stores a vector of the model a swap (a background ``tune``) just replaced.
+        self._model_use = ModelUse()
         self._model_mismatch: str | None = None
         self._search_log = SearchLog(self.db)
         if not fts.index_exists(self.db):
@@ -172,7 +172,8 @@ class Memory:
     ) -> IndexReport:
         if not paths:
             raise ConfigError("index needs at least one file or folder")
-        with self._model_use, stderr_bar("indexing", self.show_progress) as bar:
+        self._require_model_match()  # a model change re-embeds here, before the write begins
+        with self._model_use.writing(), stderr_bar("indexing", self.show_progress) as bar:
             embedder = self._require_model_match()
             max_bytes = int(self.settings.max_file_mb * 1e6)
             indexer = Indexer(self.db, embedder, max_bytes, progress=progress or bar, log=self._log)
@@ -267,7 +268,8 @@ class Memory:
         """Redact, embed and insert remembered texts in one transaction, with their request key."""
         ns = namespace or self.settings.namespace
         rows = remembered_rows(texts, ns, tags, importance, sources, headings)
-        with self._model_use:
+        self._require_model_match()  # a model change re-embeds here, before the write begins
+        with self._model_use.writing():
             embedder = self._require_model_match()
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
             with self.db.transaction():
@@ -296,8 +298,11 @@ class Memory:
         if importance is not None:
             validate.check_importance(importance)
         new_text = None
-        with self._model_use:
-            if text is not None and text.strip() and text.strip() != item.text:
+        changed = text is not None and bool(text.strip()) and text.strip() != item.text
+        if changed:
+            self._require_model_match()  # a model change re-embeds here, before the write begins
+        with self._model_use.writing():
+            if changed and text is not None:
                 clean = redact(text.strip()).text
                 embedder = self._require_model_match()
                 new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
@@ -409,7 +414,7 @@ class Memory:
 
     def _swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
         # After every write that began with the old model has committed, before the next starts.
-        with self._model_use:
+        with self._model_use.swapping():
             return reembed.swap(self.db, embedder, self._switch_model, progress)
 
     def _switch_model(self, embedder: Embedder) -> None:
