@@ -34,6 +34,7 @@ from nbmemory.tune.gate import (
     memory_runs,
 )
 from nbmemory.tune.mine import MiningReport, mine_triples, pipeline_retriever, pseudo_queries
+from nbmemory.tune.thresholds import carry_over
 from nbmemory.tune.train import TrainConfig, TrainReport, train_model
 
 if TYPE_CHECKING:
@@ -211,13 +212,11 @@ def tune_memory(
 
     t0 = time.perf_counter()
     say("gate", 0.0)
+    live, staged = load_vectors(db, "vectors"), load_vectors(db, "vectors_new")
     _, runs = memory_runs(
         db,
         mining.held_out,
-        {
-            "current": (current, load_vectors(db, "vectors")),
-            "candidate": (candidate, load_vectors(db, "vectors_new")),
-        },
+        {"current": (current, live), "candidate": (candidate, staged)},
         rrf_k=config.rrf_k,
         weights=config.weights,
     )
@@ -239,6 +238,8 @@ def tune_memory(
     base_model = settings.model
     if decision.adopt:
         t0 = time.perf_counter()
+        # Before the swap: a search right after it already reads the candidate's tiers.
+        carry_over(current, candidate, [q.text for q in mining.held_out], live[1], staged[1])
         adopt(candidate)
         with db.transaction():
             versions.record(

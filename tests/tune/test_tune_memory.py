@@ -13,6 +13,7 @@ import pytest
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
 from nbmemory.errors import ConfigError, NotFoundError
+from nbmemory.search.reject import thresholds_for
 from nbmemory.tune.run import TuneOptions
 from nbmemory.tune.train import TrainConfig
 from nbmemory.tune.versions import models_dir
@@ -27,8 +28,13 @@ def vectors_of(mem: Memory) -> dict[int, np.ndarray]:
 
 
 def test_tune_refuses_keeps_the_store_then_adopts_and_switches(
-    notes_copy: Path, real_embedder: SentenceTransformerEmbedder
+    notes_copy: Path,
+    real_embedder: SentenceTransformerEmbedder,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("NBMEMORY_CACHE", str(tmp_path / "cache"))  # where carried tiers are written
+    thresholds_for.cache_clear()
     with Memory(notes_copy, embedder=real_embedder) as mem:
         before = vectors_of(mem)
         hits_before = mem.search("rotate the github token", log=False).ids
@@ -54,6 +60,7 @@ def test_tune_refuses_keeps_the_store_then_adopts_and_switches(
         assert after.keys() == before.keys() and all(np.array_equal(after[i], before[i]) for i in before)
         assert mem.search("rotate the github token", log=False).ids == hits_before
         assert not (models_dir(notes_copy) / "v1").exists()
+        assert not (tmp_path / "cache" / "eval" / "thresholds").exists()  # a refused model gets none
         rows = {v.version: v for v in mem.models()}
         assert rows["v1"].status == "refused" and rows["v1"].scores["gate"]["adopt"] is False
         assert rows["base"].active and rows["base"].in_use
@@ -80,7 +87,13 @@ def test_tune_refuses_keeps_the_store_then_adopts_and_switches(
         assert rows["v2"].active and rows["v2"].in_use and rows["v2"].status == "adopted"
         assert not rows["base"].active
         assert set(rows["v2"].scores["held_out_ndcg@10"]) == {"current", "candidate"}
-        assert mem.search("rotate the github token", log=False).hits
+        # The adopted model keeps tiers, the no-answer flag and the weak tail: its levels are the
+        # base model's carried over to its cosines.
+        carried = thresholds_for(tuned_fp)
+        assert carried is not None and set(carried.tiers) == {"high", "medium", "low"}
+        assert carried.tiers["high"] < carried.tiers["medium"] < carried.tiers["low"]
+        hits = mem.search("rotate the github token", log=False).hits
+        assert hits and hits[0].tier != "none"
 
     # Reopened with the configured model name, the memory loads its active tuned version.
     with Memory(notes_copy) as mem:
