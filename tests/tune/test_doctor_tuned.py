@@ -40,6 +40,19 @@ def _a_tuned_model(out: Path) -> Path:
     return out
 
 
+def record_adopted(mem: Memory, version: str, folder: Path, tuned: SentenceTransformerEmbedder) -> None:
+    """Record ``folder`` as an adopted version of ``mem``'s model, as ``tune`` does."""
+    with mem.db.transaction():
+        versions.record(
+            mem.db,
+            version,
+            str(folder),
+            status="adopted",
+            base_model=mem.settings.model,
+            fingerprint=tuned.fingerprint,
+        )
+
+
 @pytest.mark.usefixtures("real_embedder")
 def test_doctor_repair_keeps_the_active_tuned_version(tmp_path: Path) -> None:
     db_path = tmp_path / "m.duckdb"
@@ -50,15 +63,7 @@ def test_doctor_repair_keeps_the_active_tuned_version(tmp_path: Path) -> None:
         folder = _a_tuned_model(versions.models_dir(db_path) / "v1")
         tuned = SentenceTransformerEmbedder(str(folder), device="cpu")
         assert tuned.fingerprint != base_fingerprint
-        with mem.db.transaction():
-            versions.record(
-                mem.db,
-                "v1",
-                str(folder),
-                status="adopted",
-                base_model=mem.settings.model,
-                fingerprint=tuned.fingerprint,
-            )
+        record_adopted(mem, "v1", folder, tuned)
         assert mem.use_model("v1") == len(NOTES)
         assert mem.db.get_meta("model_fingerprint") == tuned.fingerprint
 

@@ -3,6 +3,8 @@ background run leaves the kernel free and reports how it ended."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,15 +35,25 @@ def magics_of(shell: InteractiveShell) -> MemoryMagics:
     return shell.magics_manager.registry["MemoryMagics"]  # type: ignore[no-any-return]
 
 
+@contextmanager
+def attached(shell: InteractiveShell, mem: Memory, progress: str) -> Iterator[MemoryMagics]:
+    """The kernel's magics on ``mem`` with ``progress``, back to their defaults afterwards."""
+    magics = magics_of(shell)
+    magics.memory = mem
+    magics.progress = progress
+    try:
+        yield magics
+    finally:
+        magics.memory = None
+        magics.progress = "auto"
+
+
 def test_memtune_mistakes_are_usage_errors(
     shell: InteractiveShell, tmp_path: Path, real_embedder: SentenceTransformerEmbedder
 ) -> None:
-    magics = magics_of(shell)
     with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
         mem.remember("Deploys need the VPN on. Staging uses the 10.2 subnet.", heading="Deploy to staging")
-        magics.memory = mem
-        magics.progress = "none"
-        try:
+        with attached(shell, mem, "none"):
             with pytest.raises(UsageError, match="epochs must be greater than 0"):
                 shell.run_line_magic("memtune", "--epochs 0")
             with pytest.raises(UsageError, match="query source"):
@@ -50,27 +62,17 @@ def test_memtune_mistakes_are_usage_errors(
                 shell.run_line_magic("memtune", "")
             with pytest.raises(UsageError):
                 shell.run_line_magic("memtune", "--epochs one")
-        finally:
-            magics.memory = None
-            magics.progress = "auto"
 
 
 def test_memtune_runs_with_a_progress_widget(
     shell: InteractiveShell, notes_copy: Path, real_embedder: SentenceTransformerEmbedder
 ) -> None:
-    magics = magics_of(shell)
     with Memory(notes_copy, embedder=real_embedder) as mem:
-        magics.memory = mem
-        magics.progress = "widget"
-        try:
-            with capture_output() as out:
-                report = shell.run_line_magic(
-                    "memtune",
-                    "--max-steps 1 --max-triples 32 --min-gain 1 --query-source title,first_sentence",
-                )
-        finally:
-            magics.memory = None
-            magics.progress = "auto"
+        with attached(shell, mem, "widget"), capture_output() as out:
+            report = shell.run_line_magic(
+                "memtune",
+                "--max-steps 1 --max-triples 32 --min-gain 1 --query-source title,first_sentence",
+            )
         assert not report.adopted and report.training.steps == 1
         assert "keep the current model" in out.stdout
         assert any("application/vnd.jupyter.widget-view+json" in o.data for o in out.outputs)
@@ -80,12 +82,9 @@ def test_memtune_runs_with_a_progress_widget(
 def test_memtune_in_the_background_leaves_the_kernel_free(
     shell: InteractiveShell, notes_copy: Path, real_embedder: SentenceTransformerEmbedder
 ) -> None:
-    magics = magics_of(shell)
+    line = "--background --max-steps 2 --max-triples 16 --batch-size 8 --min-gain 1 --query-source title,first_sentence"
     with Memory(notes_copy, embedder=real_embedder) as mem:
-        magics.memory = mem
-        magics.progress = "widget"
-        line = "--background --max-steps 2 --max-triples 16 --batch-size 8 --min-gain 1 --query-source title,first_sentence"
-        try:
+        with attached(shell, mem, "widget"):
             with capture_output() as out:
                 job = shell.run_line_magic("memtune", line)
             assert isinstance(job, TuneJob)
@@ -98,9 +97,6 @@ def test_memtune_in_the_background_leaves_the_kernel_free(
             assert len(hits) > 0
             mem.remember("The tuning run went on while this was written.", heading="background")
             report = job.result(timeout=600)
-        finally:
-            magics.memory = None
-            magics.progress = "auto"
         assert job.done and job.state == "done"
         assert not report.adopted and report.training.steps == 2
         assert job.status().startswith("finished") and "keep the current model" in job.status()
@@ -110,17 +106,11 @@ def test_memtune_in_the_background_leaves_the_kernel_free(
 def test_a_failed_background_run_says_why(
     shell: InteractiveShell, tmp_path: Path, real_embedder: SentenceTransformerEmbedder
 ) -> None:
-    magics = magics_of(shell)
     with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
         mem.remember("Deploys need the VPN on.", heading="Deploy")
-        magics.memory = mem
-        magics.progress = "none"
-        try:
+        with attached(shell, mem, "none"):
             job = shell.run_line_magic("memtune", "--background")
             assert job.wait(120)
-        finally:
-            magics.memory = None
-            magics.progress = "auto"
     assert job.state == "failed" and "too small to tune" in job.status()
     with pytest.raises(NbMemoryError, match="too small to tune"):
         job.result()

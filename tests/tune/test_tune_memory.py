@@ -141,24 +141,15 @@ def test_writes_during_a_model_switch_store_vectors_of_the_model_in_use(tmp_path
     import threading
 
     from nbmemory.store.chunks import embedding_text
-    from nbmemory.tune import versions
-    from tests.tune.test_doctor_tuned import NOTES, _a_tuned_model
+    from tests.tune.test_doctor_tuned import NOTES, _a_tuned_model, record_adopted
 
     db_path = tmp_path / "m.duckdb"
     with Memory(db_path) as mem:
         mem.remember_many(NOTES)
         mem.models()  # records the base version
-        folder = _a_tuned_model(versions.models_dir(db_path) / "v1")
+        folder = _a_tuned_model(models_dir(db_path) / "v1")
         tuned = SentenceTransformerEmbedder(str(folder), device="cpu")
-        with mem.db.transaction():
-            versions.record(
-                mem.db,
-                "v1",
-                str(folder),
-                status="adopted",
-                base_model=mem.settings.model,
-                fingerprint=tuned.fingerprint,
-            )
+        record_adopted(mem, "v1", folder, tuned)
         switch = threading.Thread(target=mem.use_model, args=("v1",))
         switch.start()
         written = 0
