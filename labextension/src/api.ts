@@ -60,6 +60,50 @@ export interface IIndexJob {
   report: { summary: string } | null;
 }
 
+/** A tuning run, as `POST /nbmemory/tune` and `GET /nbmemory/tune/<job>` return it. */
+export interface ITuneJob {
+  job: string;
+  state: 'running' | 'done' | 'failed';
+  /** `starting`, `mining`, `training`, `embedding`, `gate`. */
+  phase: string;
+  /** How far the current phase is, 0 to 1. */
+  fraction: number;
+  /** One line: the phase and how far, or how the run ended. */
+  status: string;
+  /** Null while running; the gate's verdict when done; the error when failed. */
+  report:
+    | { adopted: boolean; version: string | null; reason: string }
+    | { error: string }
+    | null;
+}
+
+/** Tuning options by the names of `nbmemory.frontend.TUNE_OPTIONS`; the server fills in the rest. */
+export interface ITuneOptions {
+  query_source?: string | string[];
+  epochs?: number;
+  max_triples?: number;
+  max_queries?: number;
+  max_steps?: number;
+  batch_size?: number;
+  lr?: number;
+  max_seq_length?: number;
+  seed?: number;
+  min_gain?: number;
+  no_hard_negatives?: boolean;
+}
+
+/** A non-2xx answer of the API: the server's message, the status and the whole reply. */
+export class APIError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly data: any
+  ) {
+    super(message);
+    this.name = 'APIError';
+  }
+}
+
 export interface ISearchOptions {
   k?: number;
   namespace?: string;
@@ -69,7 +113,7 @@ export interface ISearchOptions {
   chunks?: boolean;
 }
 
-/** Call the nbmemory REST API; a non-2xx answer throws an Error carrying the server's message. */
+/** Call the nbmemory REST API; a non-2xx answer throws an APIError carrying the server's message. */
 export async function requestAPI<T>(
   endpoint: string,
   init: RequestInit = {}
@@ -92,7 +136,11 @@ export async function requestAPI<T>(
     }
   }
   if (!response.ok) {
-    throw new Error(data.message || `${response.status} ${response.statusText}`);
+    throw new APIError(
+      data.message || `${response.status} ${response.statusText}`,
+      response.status,
+      data
+    );
   }
   return data as T;
 }
@@ -177,6 +225,46 @@ export async function waitForJob(
     onProgress?.(job);
   }
   return job;
+}
+
+/** Start a tuning run in the server (202); an APIError with status 409 while one runs. */
+export function startTune(options: ITuneOptions = {}): Promise<ITuneJob> {
+  return requestAPI<ITuneJob>('tune', {
+    method: 'POST',
+    body: JSON.stringify(options)
+  });
+}
+
+export function tuneJob(id: string): Promise<ITuneJob> {
+  return requestAPI<ITuneJob>(`tune/${id}`);
+}
+
+/** Poll a tuning run every second until it ends; `onProgress` sees every answer on the way. */
+export async function waitForTune(
+  job: ITuneJob,
+  onProgress?: (job: ITuneJob) => void
+): Promise<ITuneJob> {
+  while (job.state === 'running') {
+    await new Promise(resolve => setTimeout(resolve, 1000));
+    job = await tuneJob(job.job);
+    onProgress?.(job);
+  }
+  return job;
+}
+
+/**
+ * A tuning run in one line: `Tuning: training 40%` while it runs, then `Adopted v2: ...`, the
+ * gate's `keep the current model: ...`, or `Tuning failed: ...`.
+ */
+export function tuneLine(job: ITuneJob): string {
+  const report = job.report;
+  if (job.state === 'running' || report === null) {
+    return `Tuning: ${job.phase} ${Math.round(job.fraction * 100)}%`;
+  }
+  if ('error' in report) {
+    return `Tuning failed: ${report.error}`;
+  }
+  return report.adopted ? `Adopted ${report.version}: ${report.reason}` : report.reason;
 }
 
 /** `bm25 #2 · vector #5`: the rank each retriever gave a hit. */

@@ -21,6 +21,7 @@ namespace CommandIDs {
   export const rememberCell = 'nbmemory:remember-cell';
   export const indexNotebook = 'nbmemory:index-notebook';
   export const searchSelection = 'nbmemory:search-selection';
+  export const tune = 'nbmemory:tune';
 }
 
 const memoryIcon = new LabIcon({
@@ -294,6 +295,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
           await panel.setQuery(text);
         }
         panel.focusInput();
+      }
+    });
+
+    app.commands.addCommand(CommandIDs.tune, {
+      label: 'Tune model',
+      caption:
+        'Fine-tune the embedding model on the memory in the background, with progress in the Memory sidebar',
+      isEnabled: () => !panel.tuning,
+      execute: async () => {
+        app.shell.activateById(panel.id);
+        await panel.tune();
       }
     });
 

@@ -2,13 +2,19 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import {
+  APIError,
   IHit,
   ISearchResult,
+  ITuneJob,
   formatRanks,
   forgetItem,
   locationLabel,
   search,
-  updateItem
+  startTune,
+  tuneJob,
+  tuneLine,
+  updateItem,
+  waitForTune
 } from './api';
 
 const KINDS = ['', 'markdown', 'notebook', 'code', 'text', 'memory'];
@@ -36,8 +42,8 @@ function el<K extends keyof HTMLElementTagNameMap>(
 }
 
 /**
- * The Memory sidebar: a search box with live results, filters, an explain view and
- * per-hit actions (forget, pin, raise importance).
+ * The Memory sidebar: a search box with live results, filters, an explain view,
+ * per-hit actions (forget, pin, raise importance) and a "Tune model" button with its status line.
  */
 export class MemoryPanel extends Widget {
   topK = 10;
@@ -106,7 +112,56 @@ export class MemoryPanel extends Widget {
     this._results = el('ul', 'jp-nbmemory-results');
     this._explain = el('pre', 'jp-nbmemory-explain');
     this._explain.hidden = true;
-    this.node.append(controls, this._status, this._results, this._explain);
+
+    // Tuning takes minutes: the run goes on in the server, this line follows it.
+    const tune = el('div', 'jp-nbmemory-tune');
+    this._tuneButton = el('button', 'jp-nbmemory-tune-button', 'Tune model');
+    this._tuneButton.title =
+      'Fine-tune the embedding model on this memory in the background; adopt it only if it is better';
+    this._tuneButton.addEventListener('click', () => void this.tune());
+    this._tuneStatus = el('span', 'jp-nbmemory-tune-status');
+    this._tuneStatus.setAttribute('role', 'status');
+    tune.append(this._tuneButton, this._tuneStatus);
+    this.node.append(controls, this._status, this._results, this._explain, tune);
+  }
+
+  /** Whether a tuning run started here is going on. */
+  get tuning(): boolean {
+    return this._tuneButton.disabled;
+  }
+
+  /**
+   * Start a tuning run in the server and follow it (a poll a second) until it ends; when one is
+   * already going on, follow that one. Resolves with the ended run, or null if it could not start.
+   */
+  async tune(): Promise<ITuneJob | null> {
+    if (this.tuning) {
+      return null;
+    }
+    this._tuneButton.disabled = true;
+    this._setTuneStatus('Tuning: starting');
+    try {
+      let job: ITuneJob;
+      try {
+        job = await startTune();
+      } catch (error) {
+        // A run started elsewhere (another tab, before a reload): follow it.
+        if (error instanceof APIError && error.status === 409 && error.data?.job) {
+          job = await tuneJob(error.data.job);
+        } else {
+          throw error;
+        }
+      }
+      this._setTuneStatus(tuneLine(job), false, job.status);
+      job = await waitForTune(job, running => this._setTuneStatus(tuneLine(running), false, running.status));
+      this._setTuneStatus(tuneLine(job), job.state === 'failed', job.status);
+      return job;
+    } catch (error) {
+      this._setTuneStatus(`Tuning failed: ${(error as Error).message}`, true);
+      return null;
+    } finally {
+      this._tuneButton.disabled = false;
+    }
   }
 
   /** The text in the search box. */
@@ -182,6 +237,12 @@ export class MemoryPanel extends Widget {
   private _setStatus(text: string, error = false): void {
     this._status.textContent = text;
     this._status.classList.toggle('jp-mod-error', error);
+  }
+
+  private _setTuneStatus(text: string, error = false, title = ''): void {
+    this._tuneStatus.textContent = text;
+    this._tuneStatus.title = title || text;
+    this._tuneStatus.classList.toggle('jp-mod-error', error);
   }
 
   private _render(result: ISearchResult): void {
@@ -303,6 +364,8 @@ export class MemoryPanel extends Widget {
   private _status: HTMLDivElement;
   private _results: HTMLUListElement;
   private _explain: HTMLPreElement;
+  private _tuneButton: HTMLButtonElement;
+  private _tuneStatus: HTMLSpanElement;
   private _timer = 0;
   private _ticket = 0;
 }

@@ -2,7 +2,7 @@
 
 Blocking nbmemory calls run in the state's thread pool. User mistakes answer 4xx with
 ``{"message": ...}``: 400 for a bad argument or an :class:`~nbmemory.NbMemoryError`, 403 for a
-path outside the server's root, 404 for an unknown item or job.
+path outside the server's root, 404 for an unknown item or job, 409 for a second tuning run.
 """
 
 from __future__ import annotations
@@ -23,14 +23,19 @@ from tornado.ioloop import IOLoop
 
 from nbmemory.errors import NbMemoryError, NotFoundError
 from nbmemory.frontend import (
+    TUNE_OPTIONS,
     filter_options,
     link_outside,
+    owned_memory,
     pipeline_config,
     search_filters,
     to_jsonable,
+    tune_options,
 )
 from nbmemory.search.pipeline import PipelineConfig
 from nbmemory.server.state import ServerState
+from nbmemory.tune.job import TuneJob
+from nbmemory.tune.mine import QUERY_SOURCES
 
 MAX_K = 200
 MAX_NAMESPACE = 200
@@ -40,6 +45,11 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TEXT_CHARS = 1_000_000
 MAX_PATH_CHARS = 4096
 MAX_HEADING_CHARS = 500
+# The tuning options a request may set: TUNE_OPTIONS but the device, which the server picks (cuda
+# when it has one): a browser cannot see the server's GPUs.
+TUNE_KEYS = tuple(o.name for o in TUNE_OPTIONS if o.name != "device")
+# Lower bounds of the integer options that TuneOptions and TrainConfig do not check themselves.
+TUNE_MINIMUMS = {"max_queries": 1, "max_steps": 0, "seed": 0}
 
 
 def _fail(status: int, message: str) -> tornado.web.HTTPError:
@@ -426,7 +436,7 @@ def _run_index(memory: Any, job: IndexJob) -> None:
         job.done = job.total = max(job.total, report.files_seen)
         job.state = "done"
     except Exception as exc:  # reported through GET index/<job>, never lost in a thread
-        job.error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, NbMemoryError) else str(exc)
+        job.error = _error_text(exc)
         job.state = "error"
     finally:
         job.current = None
@@ -482,6 +492,137 @@ class IndexJobHandler(MemoryHandler):
         self.reply(job.to_dict(self.state.root_dir))
 
 
+def _error_text(exc: BaseException) -> str:
+    """What a job reports of its error: nbmemory's own messages as they are, others with their type."""
+    return str(exc) if isinstance(exc, NbMemoryError) else f"{type(exc).__name__}: {exc}"
+
+
+def _tune_values(body: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`~nbmemory.frontend.TUNE_OPTIONS` values a request body asks for, defaults for the
+    keys it leaves out; 400 for an unknown key or a value of the wrong type."""
+    unknown = sorted(set(body) - set(TUNE_KEYS))
+    if unknown:
+        raise _fail(400, f"unknown tuning option {unknown[0]!r}: use {', '.join(TUNE_KEYS)}")
+    values: dict[str, Any] = {}
+    for option in TUNE_OPTIONS:
+        name, flag = option.name, option.settings.get("action") == "store_true"
+        value = body.get(name)
+        if value is None:
+            values[name] = False if flag else option.settings.get("default")
+        elif flag:
+            if not isinstance(value, bool):
+                raise _fail(400, f"{name} must be true or false, got {value!r}")
+            values[name] = value
+        elif option.repeatable:
+            values[name] = [_query_sources(value)]
+        elif option.settings.get("type") is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _fail(400, f"{name} must be an integer, got {value!r}")
+            low = TUNE_MINIMUMS.get(name)
+            if low is not None and value < low:
+                raise _fail(400, f"{name} must be at least {low}, got {value}")
+            values[name] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise _fail(400, f"{name} must be a number, got {value!r}")
+            values[name] = float(value)
+    return values
+
+
+def _query_sources(value: Any) -> str:
+    """``query_source`` as a list (``["title", "log"]``) or a comma string, checked: ``"title,log"``."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+        raise _fail(400, f"query_source must be a list of strings or a comma-separated string, got {value!r}")
+    sources = [p.strip() for p in parts if p.strip()]
+    bad = [s for s in sources if s not in QUERY_SOURCES]
+    if bad or not sources:
+        raise _fail(400, f"query_source must name one or more of {', '.join(QUERY_SOURCES)}, got {value!r}")
+    return ",".join(sources)
+
+
+def _running_tune(state: ServerState) -> tuple[str, TuneJob] | None:
+    # By state, as GET tune/<job> reports it: a client that saw the end may start the next run.
+    return next(((i, job) for i, job in state.tune_jobs.items() if job.state == "running"), None)
+
+
+def _tune_dict(job_id: str, job: TuneJob) -> dict[str, Any]:
+    """What ``GET tune/<job>`` answers: where the run is, and at the end its verdict or error."""
+    report: dict[str, Any] | None = None
+    if job.state == "failed":
+        report = {"error": _error_text(job.error) if job.error else "failed"}
+    elif job.state == "done":
+        report = {"adopted": job.report.adopted, "version": job.report.version, "reason": job.report.reason}
+    return {
+        "job": job_id,
+        "state": job.state,
+        "phase": job.phase,
+        "fraction": job.fraction,
+        "status": job.status(),
+        "report": report,
+    }
+
+
+class TuneHandler(MemoryHandler):
+    """``POST /nbmemory/tune`` with optional tuning options (``{epochs, max_steps, query_source, ...}``,
+    the names of :data:`~nbmemory.frontend.TUNE_OPTIONS`): starts a run (202, the job).
+
+    One run at a time per server: a second POST while one runs answers 409 with the running
+    job's id and status line. Tuning runs only in the process that owns the memory file.
+    """
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        values = _tune_values(self.body())
+        try:
+            options = tune_options(values)
+        except NbMemoryError as exc:
+            raise _fail(400, str(exc)) from exc
+        state = self.state
+        if self._refuse_second_run():
+            return
+
+        busy = (
+            "the memory is owned by another process (a kernel, the command line or an agent): "
+            "run %memtune there, or tune from here once it is closed"
+        )
+        memory = await self.call(lambda mem: owned_memory(mem, busy))
+        # Checked again: another request may have started a run while the memory opened.
+        if self._refuse_second_run():
+            return
+        job_id = uuid.uuid4().hex[:12]
+        state.tune_jobs[job_id] = TuneJob(lambda tick: memory.tune(options, progress=tick))
+        self.reply(_tune_dict(job_id, state.tune_jobs[job_id]), status=202)
+
+    def _refuse_second_run(self) -> bool:
+        """Answer 409 if a run is going on; whether it did."""
+        running = _running_tune(self.state)
+        if running is None:
+            return False
+        job_id, job = running
+        self.reply(
+            {
+                "message": f"a tuning run is already going on ({job.status()}): wait for it",
+                "job": job_id,
+                "status": job.status(),
+            },
+            status=409,
+        )
+        return True
+
+
+class TuneJobHandler(MemoryHandler):
+    """``GET /nbmemory/tune/<job>``: ``{job, state, phase, fraction, status, report}``; ``report``
+    is null while running, then ``{adopted, version, reason}``, or ``{error}`` if the run failed."""
+
+    @tornado.web.authenticated
+    async def get(self, job_id: str) -> None:
+        job = self.state.tune_jobs.get(job_id)
+        if job is None:
+            raise _fail(404, f"no tuning job {job_id!r}")
+        self.reply(_tune_dict(job_id, job))
+
+
 ROUTES: list[tuple[str, type[MemoryHandler]]] = [
     ("search", SearchHandler),
     ("remember", RememberHandler),
@@ -490,6 +631,8 @@ ROUTES: list[tuple[str, type[MemoryHandler]]] = [
     ("stats", StatsHandler),
     ("index", IndexHandler),
     (r"index/([^/]+)", IndexJobHandler),
+    ("tune", TuneHandler),
+    (r"tune/([^/]+)", TuneJobHandler),
     (r"related/([^/]+)", RelatedHandler),
 ]
 

@@ -1,4 +1,4 @@
-"""What the server's handlers share: the lazily opened memory, thread pools and index jobs."""
+"""What the server's handlers share: the lazily opened memory, thread pools, index and tuning jobs."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def memory_factory() -> MemoryFactory:
 
 
 class ServerState:
-    """What the handlers share: the lazily opened memory, thread pools and index jobs.
+    """What the handlers share: the lazily opened memory, thread pools, index and tuning jobs.
 
     Parameters
     ----------
@@ -59,6 +59,8 @@ class ServerState:
         # Index jobs get their own worker: a long run must not occupy the request threads.
         self.job_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmemory-index")
         self.jobs: dict[str, Any] = {}
+        # Tuning runs (TuneJob, each in its own thread), by id: one runs at a time.
+        self.tune_jobs: dict[str, Any] = {}
 
     def memory(self) -> Any:
         """The shared memory, opened on the first call (blocking: call it from a worker thread)."""

@@ -1,12 +1,13 @@
 """Fixtures for the server extension: a real Jupyter server (pytest-jupyter) with nbmemory loaded.
 
 The server forbids unauthenticated access; its memory is a real DuckDB file in ``tmp_path``
-with a fake embedder (these tests are about plumbing, not retrieval quality).
+with a fake embedder (these tests are about plumbing, not retrieval quality). A test that tunes
+overrides :func:`open_memory` with the sample notes and the bundled model (``notes_copy``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from traitlets.config import Config
 
 import nbmemory.server
 from nbmemory.embed import FakeEmbedder
+from tests.tune.conftest import notes_copy, notes_store  # noqa: F401 (a small real memory to tune)
 
 
 @pytest.fixture
@@ -27,13 +29,19 @@ def memory_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def jp_server_config(memory_path: Path) -> Iterator[Config]:
+def open_memory(memory_path: Path) -> Callable[[], Any]:
+    """How the server opens its memory: overridden where a test needs a real model."""
     from nbmemory.remote import connect
 
+    return lambda: connect(memory_path, embedder=FakeEmbedder(dim=32))
+
+
+@pytest.fixture
+def jp_server_config(open_memory: Callable[[], Any]) -> Iterator[Config]:
     opened: list[Any] = []
 
     def factory() -> Any:
-        memory = connect(memory_path, embedder=FakeEmbedder(dim=32))
+        memory = open_memory()
         opened.append(memory)
         return memory
 

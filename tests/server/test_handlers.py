@@ -6,15 +6,18 @@ import asyncio
 import json
 import re
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 import tornado.web
+from jupyter_server.utils import url_path_join
 from tornado.httpclient import HTTPResponse
 
 import nbmemory.server
+from nbmemory.embed import SentenceTransformerEmbedder
 from nbmemory.server.handlers import MemoryHandler
 
 VERBS = ("get", "post", "put", "patch", "delete")
@@ -42,6 +45,22 @@ def write_notebook(path: Path) -> None:
         nbformat.v4.new_code_cell("print('vpn required for staging deploys')"),
     ]
     nbformat.write(nb, path)
+
+
+async def wait_tune(jp_fetch: Any, job_id: str, timeout: float = 600) -> dict[str, Any]:
+    """Poll ``GET tune/<job>`` until the run ends; every answer on the way must be well formed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        response = await call(jp_fetch, "GET", "tune", job_id)
+        assert response.code == 200
+        job = payload(response)
+        assert set(job) == {"job", "state", "phase", "fraction", "status", "report"}
+        if job["state"] != "running":
+            return job
+        assert job["report"] is None and 0.0 <= job["fraction"] <= 1.0
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"tuning job {job_id} did not finish in {timeout} s")
 
 
 async def wait_job(jp_fetch: Any, job_id: str) -> dict[str, Any]:
@@ -87,6 +106,8 @@ def test_every_route_is_registered(jp_serverapp: Any) -> None:
         "nbmemory/stats",
         "nbmemory/index",
         "nbmemory/index/([^/]+)",
+        "nbmemory/tune",
+        "nbmemory/tune/([^/]+)",
         "nbmemory/related/([^/]+)",
     }
 
@@ -247,6 +268,7 @@ async def test_unknown_ids_are_404_and_bad_ids_400(jp_fetch: Any) -> None:
         ("DELETE", ("items", "999")),
         ("GET", ("related", "999")),
         ("GET", ("index", "nosuchjob")),
+        ("GET", ("tune", "nosuchjob")),
     ]:
         response = await call(jp_fetch, method, *parts)
         assert response.code == 404, (method, parts)
@@ -359,6 +381,135 @@ async def test_the_server_stays_responsive_during_a_slow_call(jp_fetch: Any, nbm
     response = await slow
     assert response.code == 400 and payload(response)["message"] == "released"
     nbm_state._memory = None
+
+
+# -- tuning ----------------------------------------------------------------------------------
+
+# A run that finishes in ~20 s on a CPU; min_gain 1 makes the gate refuse the candidate.
+QUICK_TUNE = {
+    "max_steps": 2,
+    "max_triples": 16,
+    "batch_size": 8,
+    "min_gain": 1,
+    "query_source": "title,first_sentence",
+}
+
+
+class TestTuneOnARealMemory:
+    """A real tuning run through REST, on the sample notes embedded with the bundled model."""
+
+    @pytest.fixture
+    def open_memory(self, notes_copy: Path, real_embedder: SentenceTransformerEmbedder) -> Callable[[], Any]:
+        from nbmemory.remote import connect
+
+        return lambda: connect(notes_copy, embedder=real_embedder)
+
+    @pytest.fixture(autouse=True)
+    def one_torch_thread(self) -> Iterator[None]:
+        # On a shared 2-core machine torch's two threads wait on each other: one is several times faster.
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        yield
+        torch.set_num_threads(before)
+
+    async def test_a_run_reports_progress_and_its_verdict(self, jp_fetch: Any, nbm_state: Any) -> None:
+        response = await call(jp_fetch, "POST", "tune", body=QUICK_TUNE)
+        assert response.code == 202
+        started = payload(response)
+        assert started["state"] == "running" and started["report"] is None
+        job_id = started["job"]
+        # One run at a time: a second one is refused with the running job's status line.
+        second = await call(jp_fetch, "POST", "tune", body=QUICK_TUNE)
+        assert second.code == 409
+        refused = payload(second)
+        assert refused["job"] == job_id and refused["status"].startswith("running: ")
+        assert "already going on" in refused["message"]
+        assert len(nbm_state.tune_jobs) == 1
+
+        job = await wait_tune(jp_fetch, job_id)
+        assert job["state"] == "done", job
+        assert job["report"]["adopted"] is False and job["report"]["version"]
+        assert "keep the current model" in job["report"]["reason"]
+        assert job["status"].startswith("finished in ") and "keep the current model" in job["status"]
+        # The memory still answers with the current model.
+        hits = payload(await call(jp_fetch, "GET", "search", q="incident postmortem"))["hits"]
+        assert hits
+
+
+async def test_tune_reports_a_failed_run(jp_fetch: Any) -> None:
+    # This server's memory embeds with the fake embedder: the run starts, then fails, and says why.
+    assert (await call(jp_fetch, "POST", "remember", body={"text": "Deploys need the VPN."})).code == 201
+    response = await call(jp_fetch, "POST", "tune")
+    assert response.code == 202
+    job = await wait_tune(jp_fetch, payload(response)["job"], timeout=60)
+    assert job["state"] == "failed"
+    assert "tuning needs a sentence-transformers model" in job["report"]["error"]
+    assert job["status"].startswith("failed after ")
+    # Ended: a new run may start.
+    again = await call(jp_fetch, "POST", "tune", body={"query_source": ["title", "first_sentence"]})
+    assert again.code == 202
+    assert (await wait_tune(jp_fetch, payload(again)["job"], timeout=60))["state"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"epochs": 0}, "epochs must be greater than 0"),
+        ({"colour": "red"}, "unknown tuning option 'colour'"),
+        ({"device": "cuda"}, "unknown tuning option 'device'"),
+        ({"epochs": "one"}, "epochs must be an integer"),
+        ({"epochs": 1.5}, "epochs must be an integer"),
+        ({"max_steps": True}, "max_steps must be an integer"),
+        ({"max_queries": 0}, "max_queries must be at least 1"),
+        ({"batch_size": 1}, "batch_size must be at least 2"),
+        ({"lr": 3}, "learning_rate must be between 0 and 1"),
+        ({"min_gain": "high"}, "min_gain must be a number"),
+        ({"query_source": "headings"}, "query_source must name one or more of title, first_sentence, log"),
+        ({"query_source": [1]}, "query_source must be a list of strings"),
+        ({"query_source": ","}, "query_source must name one or more"),
+        ({"no_hard_negatives": "yes"}, "no_hard_negatives must be true or false"),
+        ([], "the request body must be a JSON object"),
+    ],
+)
+async def test_tune_validation(jp_fetch: Any, nbm_state: Any, body: Any, message: str) -> None:
+    response = await call(jp_fetch, "POST", "tune", body=body)
+    assert response.code == 400
+    assert message in payload(response)["message"]
+    assert not nbm_state.tune_jobs
+
+
+async def test_tune_runs_only_in_the_owner(jp_fetch: Any, nbm_state: Any, tmp_path: Path) -> None:
+    class Client:
+        """A client of another process's memory: no local Memory to tune."""
+
+        memory = None
+        path = tmp_path / "memory.duckdb"
+
+        def close(self) -> None:
+            pass
+
+    nbm_state._memory = Client()
+    response = await call(jp_fetch, "POST", "tune")
+    assert response.code == 400 and "owned by another process" in payload(response)["message"]
+    assert not nbm_state.tune_jobs
+    nbm_state._memory = None
+
+
+async def test_tune_refuses_unauthenticated_requests(
+    http_server_client: Any, jp_base_url: str, nbm_state: Any
+) -> None:
+    for method, parts in [("POST", ("tune",)), ("GET", ("tune", "somejob"))]:
+        response = await http_server_client.fetch(
+            url_path_join(jp_base_url, "nbmemory", *parts),
+            method=method,
+            body=json.dumps(QUICK_TUNE) if method == "POST" else None,
+            raise_error=False,
+            follow_redirects=False,
+        )
+        assert response.code in (401, 403), (method, parts, response.code)
+    assert not nbm_state.tune_jobs
 
 
 def test_extension_points() -> None:

@@ -264,3 +264,23 @@ def test_remember_cell_records_the_notebook_and_cell(page: Any, lab: Lab) -> Non
     item = lab.api("GET", f"items/{item_id}")
     assert item["path"] == "deploy.ipynb" and item["heading"] == "deploy.ipynb, cell 5"
     assert "staging deploys need the VPN on" in item["text"]
+
+
+def test_tune_model_button_follows_the_run_to_its_end(page: Any) -> None:
+    button = page.locator(".jp-nbmemory-tune-button")
+    status = page.locator(".jp-nbmemory-tune-status")
+    button.click()
+    # Disabled while the run goes on (a poll a second: at least one second).
+    sync_api.expect(button).to_be_disabled(timeout=5_000)
+    sync_api.expect(status).to_contain_text("Tuning", timeout=5_000)
+    sync_api.expect(button).to_be_enabled(timeout=540_000)
+    line = status.inner_text()
+    # This root is small: the server refuses to tune it and says why. Should it ever be big
+    # enough, the run ends with the gate's verdict; either way the line is the server's answer.
+    if "failed" in line:
+        assert re.fullmatch(r"Tuning failed: this memory is too small to tune: .+", line), line
+        assert "jp-mod-error" in (status.get_attribute("class") or "")
+        assert (status.get_attribute("title") or "").startswith("failed after ")
+    else:
+        assert re.match(r"(Adopted v\d+: adopt: |keep the current model: )", line), line
+        assert (status.get_attribute("title") or "").startswith("finished in ")
