@@ -31,7 +31,7 @@ from nbmemory.model_use import ModelUse
 from nbmemory.progress import stderr_bar
 from nbmemory.search.pipeline import MAX_K, PipelineConfig, SearchPipeline, SearchResult
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, reembed, request_keys, vectors
+from nbmemory.store import fts, passages, reembed, request_keys, vectors
 from nbmemory.store import items as item_rows
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.doctor import DoctorReport, run_doctor
@@ -277,6 +277,7 @@ class Memory:
                 self._search_log.note_rows(
                     request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
                 )
+            passages.fill(self.db, embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
         return new_ids
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
@@ -308,6 +309,9 @@ class Memory:
                 new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
             with self.db.transaction():
                 item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
+            if new_text is not None:
+                digest = chunk_rows.content_hash(item.heading, new_text[0])
+                passages.fill(self.db, embedder, [(digest, item.heading, new_text[0], item.kind)])
         vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
@@ -413,9 +417,14 @@ class Memory:
             return self._swap(embedder, progress)
 
     def _swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
-        # After every write that began with the old model has committed, before the next starts.
+        # The new model's passages first, while writes go on; then, after every write that
+        # began with the old model has committed and before the next starts, what they added.
+        passages.fill_missing(self.db, embedder)
         with self._model_use.swapping():
-            return reembed.swap(self.db, embedder, self._switch_model, progress)
+            passages.fill_missing(self.db, embedder)
+            count = reembed.swap(self.db, embedder, self._switch_model, progress)
+            passages.keep_only(self.db, [embedder.fingerprint])
+            return count
 
     def _switch_model(self, embedder: Embedder) -> None:
         # Called by reembed.swap under the database lock, in the same step as the swap.

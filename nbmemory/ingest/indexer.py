@@ -24,7 +24,7 @@ from nbmemory.errors import BadFileError
 from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.redact import redact
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import vectors
+from nbmemory.store import passages, vectors
 from nbmemory.store.db import Database, utcnow
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ class IndexReport:
     chunks_removed: int = 0
     chunks_embedded: int = 0
     vectors_reused: int = 0
+    #: Window vectors embedded for the chunks of prose written (:mod:`nbmemory.store.passages`).
+    passages_embedded: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     redactions: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -443,6 +445,9 @@ class Indexer:
                 else np.zeros((0, self.embedder.dim), np.float32)
             )
             chunk_rows.insert(self.db, rows, vecs, now)
+        report.passages_embedded += passages.fill(
+            self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
+        )
         report.files_changed += len(plans)
         report.chunks_added += len(new_rows)
         report.chunks_kept += len(keep)

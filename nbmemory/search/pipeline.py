@@ -32,7 +32,7 @@ from nbmemory.search.fusion import rrf
 from nbmemory.search.group import group_by_source
 from nbmemory.search.trace import Stage, Trace
 from nbmemory.search.vector import VectorRetriever
-from nbmemory.store import fts, vectors
+from nbmemory.store import fts, passages, vectors
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows
 
@@ -75,6 +75,10 @@ class PipelineConfig:
         ``"convex"``: ``vector_weight * cosine + (1 - vector_weight) * BM25 / query IDF mass``
         (scores on absolute scales, so a weak best match stays weak); ``"rrf"``: Reciprocal
         Rank Fusion of the two rankings.
+    passages:
+        In convex fusion, a candidate's cosine is the best of its own and its passages' (windows
+        of consecutive sentences, :mod:`nbmemory.store.passages`): the one sentence a question is
+        about is not diluted by the rest of a long chunk. Off: chunk vectors only.
     vector_weight:
         The vector side's weight in the convex combination. MiniLM's cosines of relevant notes
         spread over about a third of the range BM25's share of the query spans, so 0.8 gives
@@ -120,6 +124,7 @@ class PipelineConfig:
     retrievers: tuple[str, ...] = RETRIEVERS
     depth: int | None = None
     fusion: str = "convex"
+    passages: bool = True
     vector_weight: float = 0.8
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
@@ -479,10 +484,17 @@ class SearchPipeline:
                 why = "cosine and keyword share on their own scales"
             weights = {"bm25": 1.0 - alpha, "vector": alpha}
             candidates = list(dict.fromkeys(i for got in found.values() for i in got.ids))
-            cosine = self._cosines(query, found["vector"], candidates)
+            exact = self._cosines(query, found["vector"], candidates)
+            # In candidate order, whichever way the cosines were read: ties break by first seen.
+            cosine = {i: exact[i] for i in candidates if i in exact}
+            rescored = None
+            if config.passages:
+                cosine, rescored = self._passage_cosines(query, cosine)
             lexical = self._lexical(found["bm25"], evidence)
             fused = convex({"bm25": lexical, "vector": cosine}, weights)[:pool_size]
             stage.notes = {"weights": {n: round(w, 3) for n, w in weights.items()}, "why": why}
+            if rescored is not None:
+                stage.notes["with_passages"] = rescored
             if evidence is not None:
                 stage.notes.update(evidence=round(evidence.evidence, 3), mass=round(evidence.mass, 3))
             stage.output = [i for i, _ in fused]
@@ -517,6 +529,14 @@ class SearchPipeline:
         if all(i in got.scores for i in ids):
             return dict(got.scores)
         return cosines(self.db, query.vector(), ids, got.scores)
+
+    def _passage_cosines(self, query: Query, cosine: dict[int, float]) -> tuple[dict[int, float], int]:
+        """Each candidate's cosine raised to its best passage's (:mod:`nbmemory.store.passages`),
+        and how many candidates had passages."""
+        rows = fetch_rows(self.db, list(cosine), CandidateRow)
+        hashes = {i: row.content_hash for i, row in rows.items()}
+        best = passages.best(self.db, self.embedder.fingerprint, query.vector(), hashes)
+        return {i: max(c, best.get(i, c)) for i, c in cosine.items()}, len(best)
 
     def _rrf(
         self, query: str, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int

@@ -55,6 +55,9 @@ class Database:
         #: again from the table), and a counter bumped when every row may have changed.
         self.dirty_rows: set[int] = set()
         self.row_epoch = 0
+        #: Passage vectors by model fingerprint and content hash, None for content without any
+        #: (:mod:`nbmemory.store.passages` drops an entry when it fills it).
+        self.passage_cache: dict[str, dict[str, Any]] = {}
         self.dropped_after_crash: list[str] = []
         wal = Path(f"{self.path}.wal").expanduser()
         unclean = self.path != ":memory:" and not read_only and wal.exists() and wal.stat().st_size > 0

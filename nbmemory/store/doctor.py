@@ -10,7 +10,7 @@ import numpy as np
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import NbMemoryError
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, hot, reembed, vectors
+from nbmemory.store import fts, hot, passages, reembed, vectors
 from nbmemory.store.db import CATALOG, Database
 from nbmemory.store.migrations import SCHEMA_VERSION
 
@@ -148,6 +148,17 @@ def run_doctor(
                 vectors.put(db, [int(r[0]) for r in part], vecs)
 
     add("missing vectors", not missing, f"{len(missing)} live items without a vector", embed_missing)
+
+    fingerprint = db.get_meta("model_fingerprint")
+    if fingerprint is not None and report.model_ok is not False:
+        # Passages a killed write did not get to (it stored its chunks first).
+        lacking = passages.missing(db, fingerprint)
+        add(
+            "passages",
+            not lacking,
+            f"{len(lacking)} chunks of prose without their window vectors",
+            lambda: passages.fill(db, load_embedder(), lacking),
+        )
 
     bad_links = int(
         db.scalar(

@@ -347,7 +347,7 @@ class HotIndex:
         # The scan's float32 BLAS may round two equal vectors differently: the best few are
         # scored again in float64, row by row (equal vectors, equal scores; ties by id).
         head = _top(rows, scores, self.ids, limit + RESCORE_MARGIN)
-        exact = _cosine64(self.mat[head], query)
+        exact = cosine64(self.mat[head], query)
         order = _top(np.arange(len(head)), exact, self.ids[head], limit)
         return [(int(self.ids[head[j]]), float(exact[j])) for j in order]
 
@@ -445,7 +445,7 @@ class _Ivf:
         return rows, scores
 
 
-def _cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
+def cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row to ``query`` in float64, each row summed the same way."""
     v = vecs.astype(np.float64)
     q = np.asarray(query, dtype=np.float64)

@@ -117,11 +117,27 @@ def m004_chunk_page(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS page INTEGER")
 
 
+def m005_passages(con: duckdb.DuckDBPyConnection) -> None:
+    # Vectors of windows inside a chunk (nbmemory.store.passages), by chunk content and model:
+    # derived data, shared by chunks of the same content, kept per model fingerprint.
+    con.execute(
+        """
+        CREATE TABLE IF NOT EXISTS passages (
+            content_hash VARCHAR NOT NULL,
+            fingerprint VARCHAR NOT NULL,
+            n INTEGER NOT NULL,
+            vec FLOAT[] NOT NULL
+        )
+        """
+    )
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_create_tables", m001_create_tables),
     (2, "m002_request_keys", m002_request_keys),
     (3, "m003_model_versions", m003_model_versions),
     (4, "m004_chunk_page", m004_chunk_page),
+    (5, "m005_passages", m005_passages),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

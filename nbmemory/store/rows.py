@@ -38,6 +38,8 @@ class CandidateRow(HitRow):
     last_retrieved_at: datetime | None
     retrieval_count: int
     pinned: bool
+    #: Keys the chunk's passage vectors (:mod:`nbmemory.store.passages`).
+    content_hash: str
 
 
 R = TypeVar("R", bound=HitRow)

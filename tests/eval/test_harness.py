@@ -155,6 +155,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
     # Every boolean stage switch of PipelineConfig, flipped from its default.
     assert set(toggles) == {
         "default-adaptive",
+        "default-passages",
         "default-supersede",
         "default-dedup",
         "default+mmr",

@@ -141,11 +141,13 @@ def test_writes_during_a_model_switch_store_vectors_of_the_model_in_use(tmp_path
     import threading
 
     from nbmemory.store.chunks import embedding_text
+    from tests.search.test_passages import WEEK
     from tests.tune.test_doctor_tuned import NOTES, _a_tuned_model, record_adopted
 
     db_path = tmp_path / "m.duckdb"
     with Memory(db_path) as mem:
         mem.remember_many(NOTES)
+        mem.remember(WEEK.split("\n", 2)[2], heading="Platform week")  # long: it has passages
         mem.models()  # records the base version
         folder = _a_tuned_model(models_dir(db_path) / "v1")
         tuned = SentenceTransformerEmbedder(str(folder), device="cpu")
@@ -162,7 +164,9 @@ def test_writes_during_a_model_switch_store_vectors_of_the_model_in_use(tmp_path
             "SELECT c.heading, c.text, v.vec FROM chunks c JOIN vectors v ON v.chunk_id = c.id "
             "WHERE c.deleted_at IS NULL"
         )
-        assert len(rows) == len(NOTES) + written
+        assert len(rows) == len(NOTES) + 1 + written
+        # The passages are the new model's only: filled before the swap, the old ones dropped.
+        assert mem.db.fetchall("SELECT DISTINCT fingerprint FROM passages") == [(tuned.fingerprint,)]
         stored = np.asarray([r[2] for r in rows], dtype=np.float32)
         fresh = tuned.embed_documents([embedding_text(r[0], r[1]) for r in rows])
         np.testing.assert_allclose(np.sum(stored * fresh, axis=1), 1.0, atol=1e-4)

@@ -1,0 +1,51 @@
+"""Passages: windows of consecutive sentences inside a chunk, each embedded on its own.
+
+MiniLM reads 256 word pieces; a 1,200-character chunk is near that, and the one sentence a question
+is about is diluted by the rest of it. A chunk of prose that holds two or more windows also gets a
+vector per window, and search scores the chunk by the best of its own cosine and its windows'
+(:mod:`nbmemory.store.passages`). A window starts at every sentence (or paragraph, or code block)
+and takes the following ones while it stays under :data:`WINDOW_CHARS` characters; one long block
+is cut at twice that. Measured in ``bench/granularity.py`` (README "Retrieval granularity").
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Characters a window may reach before it stops taking sentences.
+WINDOW_CHARS = 400
+#: Kinds whose chunks get windows: prose. Code is split by its own structure already.
+KINDS = frozenset({"markdown", "notebook", "text", "html", "pdf", "docx", "memory"})
+
+_PARAGRAPHS = re.compile(r"\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def pieces(text: str) -> list[str]:
+    """Sentences of prose paragraphs; a fenced or indented block stays whole."""
+    out: list[str] = []
+    for para in _PARAGRAPHS.split(text):
+        para = para.strip()
+        if not para:
+            continue
+        if para.startswith(("```", "    ")):
+            out.append(para)
+            continue
+        out.extend(s.strip() for s in _SENTENCE_END.split(para) if s.strip())
+    return out
+
+
+def windows(text: str, size: int = WINDOW_CHARS) -> list[str]:
+    """One window per starting piece, each taking the next pieces while under ``size`` characters
+    (cut at ``2 * size``); the last window reaches the end of the text."""
+    parts = pieces(text)
+    out: list[str] = []
+    for i in range(len(parts)):
+        window, j = parts[i], i + 1
+        while j < len(parts) and len(window) + len(parts[j]) < size:
+            window += " " + parts[j]
+            j += 1
+        out.append(window[: 2 * size])
+        if j >= len(parts):
+            break
+    return out

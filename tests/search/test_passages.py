@@ -1,0 +1,111 @@
+"""Passages: window vectors inside long chunks of prose, stored per content and model, used to
+score a chunk by the best of its own cosine and its windows'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbmemory import Memory, PipelineConfig
+from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
+from nbmemory.ingest.windows import WINDOW_CHARS, pieces, windows
+from nbmemory.store import passages
+
+WEEK = """# Platform week
+
+Monday was spent on the quarterly capacity review. We looked at disk growth on the warehouse hosts and agreed to add two nodes before the holidays. The forecast assumes the same ingest rate as last quarter.
+
+Tuesday we paired on the flaky integration tests. Most failures came from a fixture that shared a temporary directory between workers; giving each worker its own directory fixed it.
+
+Wednesday: if you are locked out of Grafana, reset the admin password on the host with `grafana-cli admin reset-admin-password`, then log in and rotate it from the UI.
+
+Thursday the team reviewed the on-call handbook. Escalation now goes to the secondary after fifteen minutes instead of thirty, and the runbooks link to the dashboards directly.
+
+Friday was a demo of the new deploy pipeline: every merge to main builds an image, runs the smoke tests against staging and waits for a manual approval before production.
+"""
+DASHBOARDS = """# Dashboards
+
+Our dashboards live in Grafana. Each service has an overview board with latency, error rate and saturation panels, and alerts are defined next to the panels they watch. Boards are provisioned from the repository, so edits in the UI are lost on the next deploy.
+"""
+VPN = """# VPN access
+
+New laptops need the VPN profile from the IT portal. Access to staging requires the VPN; production access also needs a hardware key.
+"""
+
+
+def test_windows_take_sentences_and_keep_code_blocks_whole() -> None:
+    text = "One. Two is here! Three?\n\n```\ncode line\n\nmore\n```\n\n    indented block"
+    assert pieces(text) == ["One.", "Two is here!", "Three?", "```\ncode line", "more\n```", "indented block"]
+    long = " ".join(f"Sentence number {i} is about something." for i in range(40))
+    found = windows(long)
+    assert len(found) > 2 and all(len(w) < WINDOW_CHARS for w in found)
+    assert found[0].startswith("Sentence number 0 ") and found[-1].endswith("number 39 is about something.")
+    assert windows("A single short sentence.") == ["A single short sentence."]
+    assert len(windows("x" * 5000)[0]) == 2 * WINDOW_CHARS
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for name, text in (("platform-week.md", WEEK), ("dashboards.md", DASHBOARDS), ("vpn.md", VPN)):
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_a_sentence_buried_in_a_long_note_finds_its_note(
+    tmp_path: Path, notes: Path, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    query = "I forgot the administrator login of our metrics dashboard tool, how do I get back in"
+    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
+        report = mem.index(notes)
+        assert report.passages_embedded >= 5  # only the long note has two or more windows
+        stored = mem.db.fetchall("SELECT DISTINCT content_hash, fingerprint FROM passages")
+        assert len(stored) == 1 and stored[0][1] == real_embedder.fingerprint
+        found = mem.search(query, log=False)
+        assert Path(found.hits[0].source or "").name == "platform-week.md"
+        assert "with_passages=1" in found.explain()
+        # Chunk vectors alone: the short note about dashboards wins; the long one is diluted.
+        plain = mem.search(query, config=PipelineConfig(passages=False), log=False)
+        assert Path(plain.hits[0].source or "").name == "dashboards.md"
+
+
+def test_passages_follow_content_model_and_repairs(tmp_path: Path, fake_embedder: FakeEmbedder) -> None:
+    with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
+        long_item = mem.remember(WEEK.split("\n", 2)[2], heading="Platform week")
+        mem.remember(VPN.split("\n", 2)[2], heading="VPN")  # one window: no passages
+        mem.remember(WEEK.split("\n", 2)[2], heading="Platform week")  # same content: shared
+        rows = mem.db.fetchall("SELECT content_hash, count(*) FROM passages GROUP BY ALL")
+        assert len(rows) == 1 and rows[0][1] == len(windows(WEEK.split("\n", 2)[2]))
+
+        # A new text gets its own passages; the old content's stay while a chunk holds it.
+        mem.update(long_item.id, text=WEEK.split("\n", 2)[2].replace("Grafana", "Kibana"))
+        assert int(mem.db.scalar("SELECT count(DISTINCT content_hash) FROM passages")) == 2
+
+        # A write killed between its chunk and its passages: doctor finds it, repair fills it.
+        mem.db.execute("DELETE FROM passages")
+        mem.db.passage_cache.clear()
+        report = mem.doctor()
+        check = next(c for c in report.checks if c.name == "passages")
+        assert not check.ok and "2 chunks" in check.detail
+        assert mem.doctor(repair=True).ok
+        assert int(mem.db.scalar("SELECT count(DISTINCT content_hash) FROM passages")) == 2
+
+        # Vectors of another model never mix in: a lookup names the model, keep_only drops others.
+        digest = rows[0][0]
+        assert passages.vectors_of(mem.db, "another-model", [digest]) == {}
+        got = passages.vectors_of(mem.db, fake_embedder.fingerprint, [digest])[digest]
+        assert got.shape == (len(windows(WEEK.split("\n", 2)[2])), fake_embedder.dim)
+        mem.db.execute("UPDATE passages SET fingerprint = 'another-model' WHERE content_hash = ?", [digest])
+        passages.keep_only(mem.db, [fake_embedder.fingerprint])
+        assert passages.vectors_of(mem.db, fake_embedder.fingerprint, [digest]) == {}
+        assert int(mem.db.scalar("SELECT count(*) FROM passages WHERE fingerprint = 'another-model'")) == 0
+
+
+def test_code_gets_no_passages(tmp_path: Path, fake_embedder: FakeEmbedder) -> None:
+    code = "\n\n".join(f"def f{i}():\n    return {i}  # step {i} of the job." for i in range(30))
+    (tmp_path / "job.py").write_text(code, encoding="utf-8")
+    with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
+        report = mem.index(tmp_path / "job.py")
+        assert report.chunks_added > 0 and report.passages_embedded == 0
