@@ -1,5 +1,8 @@
 """Retrieval granularity on real notes: vectors of sentence windows, aggregated to their chunk.
 
+The default pipeline now does "slide, max" for fusion (:mod:`nbmemory.store.passages`); this
+script is how that was chosen, and measures the variants beside it.
+
     .venv/bin/python bench/granularity.py                       # jbranchaud-til, dev and test splits
     .venv/bin/python bench/granularity.py --window 400 --stride slide,tile --aggregate max,mean
 
@@ -22,7 +25,6 @@ go through the same vector cache. Scores by :func:`nbmemory.eval.notes.run_notes
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +39,8 @@ from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
 from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store, run_notes_config
 from nbmemory.eval.report import to_markdown, write_json
+from nbmemory.ingest.windows import pieces
+from nbmemory.ingest.windows import windows as slide
 from nbmemory.search import pipeline as pipeline_mod
 from nbmemory.search import vector as vector_mod
 from nbmemory.search.base import Query, Retrieved
@@ -48,29 +52,20 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
 DEFAULT_QUERIES = REPO / "bench" / "data" / "notes-queries.jsonl"
 DEFAULT_OUT = REPO / "bench" / "results" / "granularity-notes.json"
+#: Passages off: the windows measured here come from the patch below, the "chunks" rows have none
+#: (the default, ``passages=True``, is "chunks + slide windows of 400 chars, max").
 CONFIGS = {
-    "default": PipelineConfig(),
+    "default": PipelineConfig(passages=False),
     "vector": PipelineConfig(retrievers=("vector",)),
 }
 
 
-def pieces(text: str) -> list[str]:
-    """Sentences of prose paragraphs; a code block or indented block stays whole."""
-    out: list[str] = []
-    for para in re.split(r"\n\s*\n", text):
-        para = para.strip()
-        if not para:
-            continue
-        if para.startswith(("```", "    ")):
-            out.append(para)
-            continue
-        out.extend(s.strip() for s in re.split(r"(?<=[.!?])\s+", para) if s.strip())
-    return out
-
-
 def windows(text: str, size: int, stride: str) -> list[str]:
     """Consecutive pieces packed up to ``size`` characters; ``slide``: one window per starting
-    piece, ``tile``: disjoint windows. A window is cut at ``2 * size`` (one long code block)."""
+    piece (:func:`nbmemory.ingest.windows.windows`), ``tile``: disjoint windows. A window is cut at
+    ``2 * size`` (one long code block)."""
+    if stride == "slide":
+        return slide(text, size)
     parts = pieces(text)
     out: list[str] = []
     i = 0
@@ -82,7 +77,7 @@ def windows(text: str, size: int, stride: str) -> list[str]:
         out.append(window[: 2 * size])
         if j >= len(parts):
             break
-        i = j if stride == "tile" else i + 1
+        i = j
     return out
 
 

@@ -55,8 +55,8 @@ class Database:
         #: again from the table), and a counter bumped when every row may have changed.
         self.dirty_rows: set[int] = set()
         self.row_epoch = 0
-        #: Passage vectors by model fingerprint and content hash, None for content without any
-        #: (:mod:`nbmemory.store.passages` drops an entry when it fills it).
+        #: Passage vectors by model fingerprint and content hash (:mod:`nbmemory.store.passages`:
+        #: read once, kept up to date by its writes).
         self.passage_cache: dict[str, dict[str, Any]] = {}
         self.dropped_after_crash: list[str] = []
         wal = Path(f"{self.path}.wal").expanduser()
