@@ -176,7 +176,14 @@ class Memory:
         with self._model_use.writing(), stderr_bar("indexing", self.show_progress) as bar:
             embedder = self._require_model_match()
             max_bytes = int(self.settings.max_file_mb * 1e6)
-            indexer = Indexer(self.db, embedder, max_bytes, progress=progress or bar, log=self._log)
+            indexer = Indexer(
+                self.db,
+                embedder,
+                max_bytes,
+                progress=progress or bar,
+                log=self._log,
+                passages=self.settings.passages,
+            )
             report = indexer.run(paths, namespace or self.settings.namespace)
         self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
         return report
@@ -277,7 +284,8 @@ class Memory:
                 self._search_log.note_rows(
                     request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
                 )
-            passages.fill(self.db, embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
+            if self.settings.passages:
+                passages.fill(self.db, embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
         return new_ids
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
@@ -309,7 +317,7 @@ class Memory:
                 new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
             with self.db.transaction():
                 item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
-            if new_text is not None:
+            if new_text is not None and self.settings.passages:
                 digest = chunk_rows.content_hash(item.heading, new_text[0])
                 passages.fill(self.db, embedder, [(digest, item.heading, new_text[0], item.kind)])
         vectors.maybe_rebuild(self.db)
@@ -419,9 +427,11 @@ class Memory:
     def _swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
         # The new model's passages first, while writes go on; then, after every write that
         # began with the old model has committed and before the next starts, what they added.
-        passages.fill_missing(self.db, embedder)
-        with self._model_use.swapping():
+        if self.settings.passages:
             passages.fill_missing(self.db, embedder)
+        with self._model_use.swapping():
+            if self.settings.passages:
+                passages.fill_missing(self.db, embedder)
             count = reembed.swap(self.db, embedder, self._switch_model, progress)
             passages.keep_only(self.db, [embedder.fingerprint])
             return count
@@ -467,7 +477,7 @@ class Memory:
         return item_rows.stats(self.db, self.path)
 
     def doctor(self, repair: bool = False) -> DoctorReport:
-        report = run_doctor(self.db, self._loaded_embedder, self.reembed, repair)
+        report = run_doctor(self.db, self._loaded_embedder, self.reembed, repair, self.settings.passages)
         if report.model_ok is not None:
             self._set_model_state(report.model_ok, None if report.model_ok else "model mismatch")
         return report

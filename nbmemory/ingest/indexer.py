@@ -145,12 +145,15 @@ class Indexer:
         max_bytes: int,
         progress: Callable[[int, int, str], None] | None = None,
         log: Callable[[str], None] | None = None,
+        passages: bool = True,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.max_bytes = max_bytes
         self.progress = progress
         self.log = log or (lambda message: None)
+        #: Whether written chunks of prose also get their window vectors (``Settings.passages``).
+        self.passages = passages
 
     def run(self, paths: Iterable[str | os.PathLike[str]], namespace: str) -> IndexReport:
         report = IndexReport()
@@ -445,9 +448,10 @@ class Indexer:
                 else np.zeros((0, self.embedder.dim), np.float32)
             )
             chunk_rows.insert(self.db, rows, vecs, now)
-        report.passages_embedded += passages.fill(
-            self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
-        )
+        if self.passages:
+            report.passages_embedded += passages.fill(
+                self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
+            )
         report.files_changed += len(plans)
         report.chunks_added += len(new_rows)
         report.chunks_kept += len(keep)

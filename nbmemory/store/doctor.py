@@ -49,7 +49,11 @@ class DoctorReport:
 
 
 def run_doctor(
-    db: Database, load_embedder: Callable[[], Embedder], reembed_all: Callable[[], int], repair: bool
+    db: Database,
+    load_embedder: Callable[[], Embedder],
+    reembed_all: Callable[[], int],
+    repair: bool,
+    with_passages: bool = True,
 ) -> DoctorReport:
     """Check ``db``; with ``repair``, fix what its data allows.
 
@@ -150,7 +154,7 @@ def run_doctor(
     add("missing vectors", not missing, f"{len(missing)} live items without a vector", embed_missing)
 
     fingerprint = db.get_meta("model_fingerprint")
-    if fingerprint is not None and report.model_ok is not False:
+    if with_passages and fingerprint is not None and report.model_ok is not False:
         # Passages a killed write did not get to (it stored its chunks first).
         lacking = passages.missing(db, fingerprint)
         add(

@@ -109,3 +109,16 @@ def test_code_gets_no_passages(tmp_path: Path, fake_embedder: FakeEmbedder) -> N
     with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
         report = mem.index(tmp_path / "job.py")
         assert report.chunks_added > 0 and report.passages_embedded == 0
+
+
+def test_passages_can_be_switched_off(
+    tmp_path: Path, notes: Path, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NBMEMORY_PASSAGES", "0")
+    with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
+        report = mem.index(notes)
+        mem.remember(WEEK.split("\n", 2)[2], heading="Platform week")
+        assert report.chunks_added == 3 and report.passages_embedded == 0
+        assert int(mem.db.scalar("SELECT count(*) FROM passages")) == 0
+        assert mem.doctor().ok  # nothing is missing when they are off
+        assert mem.search("grafana admin password", log=False).hits
