@@ -39,7 +39,6 @@ from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
 from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store, run_notes_config
 from nbmemory.eval.report import to_markdown, write_json
-from nbmemory.ingest.windows import pieces
 from nbmemory.ingest.windows import windows as slide
 from nbmemory.search import pipeline as pipeline_mod
 from nbmemory.search import vector as vector_mod
@@ -61,24 +60,9 @@ CONFIGS = {
 
 
 def windows(text: str, size: int, stride: str) -> list[str]:
-    """Consecutive pieces packed up to ``size`` characters; ``slide``: one window per starting
-    piece (:func:`nbmemory.ingest.windows.windows`), ``tile``: disjoint windows. A window is cut at
-    ``2 * size`` (one long code block)."""
-    if stride == "slide":
-        return slide(text, size)
-    parts = pieces(text)
-    out: list[str] = []
-    i = 0
-    while i < len(parts):
-        window, j = parts[i], i + 1
-        while j < len(parts) and len(window) + len(parts[j]) < size:
-            window += " " + parts[j]
-            j += 1
-        out.append(window[: 2 * size])
-        if j >= len(parts):
-            break
-        i = j
-    return out
+    """``slide``: one window per starting sentence (:func:`nbmemory.ingest.windows.windows`, what
+    passages use); ``tile``: disjoint windows."""
+    return slide(text, size, disjoint=stride == "tile")
 
 
 class WindowScores:

@@ -35,12 +35,14 @@ def pieces(text: str) -> list[str]:
     return out
 
 
-def windows(text: str, size: int = WINDOW_CHARS) -> list[str]:
+def windows(text: str, size: int = WINDOW_CHARS, disjoint: bool = False) -> list[str]:
     """One window per starting piece, each taking the next pieces while under ``size`` characters
-    (cut at ``2 * size``); the last window reaches the end of the text."""
+    (cut at ``2 * size``); the last window reaches the end of the text. ``disjoint``: the next
+    window starts where the last one ended instead (measured, not used: ``bench/granularity.py``)."""
     parts = pieces(text)
     out: list[str] = []
-    for i in range(len(parts)):
+    i = 0
+    while i < len(parts):
         window, j = parts[i], i + 1
         while j < len(parts) and len(window) + len(parts[j]) < size:
             window += " " + parts[j]
@@ -48,4 +50,5 @@ def windows(text: str, size: int = WINDOW_CHARS) -> list[str]:
         out.append(window[: 2 * size])
         if j >= len(parts):
             break
+        i = j if disjoint else i + 1
     return out
