@@ -194,6 +194,8 @@ class Memory:
             fts.ensure_fresh(self.db)
         if deleted >= COMPACT_AFTER_DELETES:
             vectors.compact_index(self.db)
+        if deleted:
+            passages.prune(self.db)
 
     # -- memory operations -----------------------------------------------------------------
     def remember(

@@ -110,6 +110,12 @@ def fill_missing(db: Database, embedder: Embedder, progress: Callable[[int], Non
     return fill(db, embedder, missing(db, embedder.fingerprint), progress)
 
 
+def prune(db: Database) -> None:
+    """Drop the passages of content no chunk holds any more (a file edited or removed); the copy
+    in memory may keep them: a search only looks up its candidates' content."""
+    db.execute("DELETE FROM passages WHERE content_hash NOT IN (SELECT content_hash FROM chunks)")
+
+
 def keep_only(db: Database, fingerprints: Sequence[str]) -> None:
     """Drop the passages of every other model, and those of content no chunk holds any more."""
     db.execute(

@@ -103,6 +103,19 @@ def test_passages_follow_content_model_and_repairs(tmp_path: Path, fake_embedder
         assert int(mem.db.scalar("SELECT count(*) FROM passages WHERE fingerprint = 'another-model'")) == 0
 
 
+def test_passages_of_edited_notes_are_dropped(
+    tmp_path: Path, notes: Path, fake_embedder: FakeEmbedder
+) -> None:
+    with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
+        mem.index(notes)
+        before = {r[0] for r in mem.db.fetchall("SELECT DISTINCT content_hash FROM passages")}
+        (notes / "platform-week.md").write_text(WEEK.replace("Grafana", "Kibana"), encoding="utf-8")
+        report = mem.index(notes)
+        assert report.chunks_removed == 1 and report.passages_embedded > 0
+        after = {r[0] for r in mem.db.fetchall("SELECT DISTINCT content_hash FROM passages")}
+        assert len(before) == len(after) == 1 and before != after
+
+
 def test_code_gets_no_passages(tmp_path: Path, fake_embedder: FakeEmbedder) -> None:
     code = "\n\n".join(f"def f{i}():\n    return {i}  # step {i} of the job." for i in range(30))
     (tmp_path / "job.py").write_text(code, encoding="utf-8")
