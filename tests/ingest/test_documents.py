@@ -18,6 +18,7 @@ from nbmemory.ingest.indexer import IndexReport
 from nbmemory.items import Hit
 from nbmemory.search.pipeline import PipelineConfig
 from nbmemory.store.db import Database
+from nbmemory.store.migrations import SCHEMA_VERSION
 
 BM25_ONLY = PipelineConfig(retrievers=("bm25",))
 GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
@@ -327,12 +328,14 @@ def test_html_without_main_uses_articles_then_the_body() -> None:
 def test_a_store_made_before_pages_gets_the_column_on_open(tmp_path: Path) -> None:
     path = tmp_path / "old.duckdb"
     db = Database(path)
+    # As a store of schema 3 was: no page column, and none of the tables added after it.
     db.execute("ALTER TABLE chunks DROP COLUMN page")
-    db.execute("DELETE FROM migrations WHERE version = 4")
+    db.execute("DROP TABLE passages")
+    db.execute("DELETE FROM migrations WHERE version >= 4")
     db.close()
     db = Database(path)
     try:
-        assert db.schema_version() == 4
+        assert db.schema_version() == SCHEMA_VERSION  # every later migration applied too
         assert db.scalar(
             "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'chunks' AND column_name = 'page'"
         )

@@ -11,6 +11,7 @@ from nbmemory import Memory, PipelineConfig
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
 from nbmemory.ingest.windows import WINDOW_CHARS, pieces, windows
 from nbmemory.store import passages
+from nbmemory.store.db import Database
 
 WEEK = """# Platform week
 
@@ -114,6 +115,24 @@ def test_passages_of_edited_notes_are_dropped(
         assert report.chunks_removed == 1 and report.passages_embedded > 0
         after = {r[0] for r in mem.db.fetchall("SELECT DISTINCT content_hash FROM passages")}
         assert len(before) == len(after) == 1 and before != after
+
+
+def test_a_store_made_before_passages_gets_them_on_open_and_by_repair(
+    tmp_path: Path, notes: Path, fake_embedder: FakeEmbedder
+) -> None:
+    path = tmp_path / "old.duckdb"
+    with Memory(path, embedder=fake_embedder) as mem:
+        mem.index(notes)
+    db = Database(path)
+    db.execute("DROP TABLE passages")
+    db.execute("DELETE FROM migrations WHERE version = 5")
+    db.close()
+    with Memory(path, embedder=fake_embedder) as mem:
+        assert mem.db.schema_version() == 5
+        check = next(c for c in mem.doctor().checks if c.name == "passages")
+        assert not check.ok and "1 chunks" in check.detail
+        assert mem.doctor(repair=True).ok
+        assert int(mem.db.scalar("SELECT count(DISTINCT content_hash) FROM passages")) == 1
 
 
 def test_code_gets_no_passages(tmp_path: Path, fake_embedder: FakeEmbedder) -> None:
