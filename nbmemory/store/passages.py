@@ -26,6 +26,9 @@ from nbmemory.store.db import Database
 
 #: (content hash, heading, text, kind) of a chunk.
 Content = tuple[str, str, str, str]
+#: Chunks whose passages are embedded and committed together (a repair of a large memory keeps
+#: what it did when killed, and holds a batch's vectors in memory, not all of them).
+BATCH = 512
 
 
 def texts_of(heading: str, text: str, kind: str) -> list[str]:
@@ -61,12 +64,21 @@ def fill(
     if todo:
         for digest in _stored(db, embedder.fingerprint, list(todo)):
             del todo[digest]
-    if not todo:
-        return 0
-    flat = [t for texts in todo.values() for t in texts]
-    vecs = np.asarray(embedder.embed_documents(flat, progress=progress), dtype=np.float32)
+    items = list(todo.items())
+    done = 0
+    for first in range(0, len(items), BATCH):
+        done += _store(db, embedder, dict(items[first : first + BATCH]), progress)
+    return done
+
+
+def _store(
+    db: Database, embedder: Embedder, todo: dict[str, list[str]], progress: Callable[[int], None] | None
+) -> int:
+    """Embed one batch of contents' passages and commit them (a killed run keeps the batches done)."""
     import pyarrow as pa
 
+    flat = [t for texts in todo.values() for t in texts]
+    vecs = np.asarray(embedder.embed_documents(flat, progress=progress), dtype=np.float32)
     owners = [digest for digest, texts in todo.items() for _ in texts]
     ns = [n for texts in todo.values() for n in range(len(texts))]
     table = pa.table(

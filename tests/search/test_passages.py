@@ -154,3 +154,14 @@ def test_passages_can_be_switched_off(
         assert int(mem.db.scalar("SELECT count(*) FROM passages")) == 0
         assert mem.doctor().ok  # nothing is missing when they are off
         assert mem.search("grafana admin password", log=False).hits
+
+
+def test_passages_are_committed_batch_by_batch(
+    tmp_path: Path, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(passages, "BATCH", 1)
+    body = WEEK.split("\n", 2)[2]
+    with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
+        mem.remember_many([body, body.replace("Monday", "Sunday"), body.replace("Friday", "Saturday")])
+        counts = mem.db.fetchall("SELECT count(*) FROM passages GROUP BY content_hash")
+        assert len(counts) == 3 and {c[0] for c in counts} == {len(windows(body))}
