@@ -77,6 +77,9 @@ export interface ITuneJob {
     | null;
 }
 
+/** Where tuning may take its queries from: `QUERY_SOURCES` of `nbmemory/tune/mine.py`. */
+export const QUERY_SOURCES = ['title', 'first_sentence', 'log'];
+
 /** Tuning options by the names of `nbmemory.frontend.TUNE_OPTIONS`; the server fills in the rest. */
 export interface ITuneOptions {
   query_source?: string | string[];
@@ -237,6 +240,18 @@ export function startTune(options: ITuneOptions = {}): Promise<ITuneJob> {
 
 export function tuneJob(id: string): Promise<ITuneJob> {
   return requestAPI<ITuneJob>(`tune/${id}`);
+}
+
+/** The server's running tuning run, else the one started last; null when it has started none. */
+export async function currentTune(): Promise<ITuneJob | null> {
+  try {
+    return await requestAPI<ITuneJob>('tune');
+  } catch (error) {
+    if (error instanceof APIError && error.status === 404) {
+      return null;
+    }
+    throw error;
+  }
 }
 
 /** Poll a tuning run every second until it ends; `onProgress` sees every answer on the way. */

@@ -209,6 +209,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.icon = memoryIcon;
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'nbmemory-sidebar');
+    // A run started before this page loaded (a reload, another tab) is followed here too.
+    void panel.resumeTune();
 
     const namespace = (): string | undefined => panel.defaultNamespace || undefined;
 

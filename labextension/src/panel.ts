@@ -6,6 +6,9 @@ import {
   IHit,
   ISearchResult,
   ITuneJob,
+  ITuneOptions,
+  QUERY_SOURCES,
+  currentTune,
   formatRanks,
   forgetItem,
   locationLabel,
@@ -43,7 +46,8 @@ function el<K extends keyof HTMLElementTagNameMap>(
 
 /**
  * The Memory sidebar: a search box with live results, filters, an explain view,
- * per-hit actions (forget, pin, raise importance) and a "Tune model" button with its status line.
+ * per-hit actions (forget, pin, raise importance) and a "Tune model" button with its options and
+ * status line.
  */
 export class MemoryPanel extends Widget {
   topK = 10;
@@ -119,49 +123,164 @@ export class MemoryPanel extends Widget {
     this._tuneButton.title =
       'Fine-tune the embedding model on this memory in the background; adopt it only if it is better';
     this._tuneButton.addEventListener('click', () => void this.tune());
+    const optionsToggle = el('button', 'jp-nbmemory-tune-options-toggle', 'Options');
+    optionsToggle.title = 'Tuning options (empty: the default)';
+    optionsToggle.setAttribute('aria-expanded', 'false');
     this._tuneStatus = el('span', 'jp-nbmemory-tune-status');
     this._tuneStatus.setAttribute('role', 'status');
-    tune.append(this._tuneButton, this._tuneStatus);
+    const form = this._tuneOptionsForm();
+    optionsToggle.addEventListener('click', () => {
+      form.hidden = !form.hidden;
+      optionsToggle.setAttribute('aria-expanded', String(!form.hidden));
+    });
+    tune.append(this._tuneButton, optionsToggle, this._tuneStatus, form);
     this.node.append(controls, this._status, this._results, this._explain, tune);
   }
 
-  /** Whether a tuning run started here is going on. */
+  /** Whether a tuning run shown here is going on. */
   get tuning(): boolean {
     return this._tuneButton.disabled;
   }
 
   /**
-   * Start a tuning run in the server and follow it (a poll a second) until it ends; when one is
-   * already going on, follow that one. Resolves with the ended run, or null if it could not start.
+   * Start a tuning run in the server with the options filled in, and follow it (a poll a second)
+   * until it ends; when one is already going on, follow that one. Resolves with the ended run,
+   * or null if it could not start.
    */
   async tune(): Promise<ITuneJob | null> {
     if (this.tuning) {
       return null;
     }
-    this._tuneButton.disabled = true;
-    this._setTuneStatus('Tuning: starting');
-    try {
-      let job: ITuneJob;
+    const options = this._readTuneOptions();
+    if (typeof options === 'string') {
+      this._setTuneStatus(options, true);
+      return null;
+    }
+    return this._followTune('Tuning: starting', async () => {
       try {
-        job = await startTune();
+        return await startTune(options);
       } catch (error) {
         // A run started elsewhere (another tab, before a reload): follow it.
         if (error instanceof APIError && error.status === 409 && error.data?.job) {
-          job = await tuneJob(error.data.job);
-        } else {
-          throw error;
+          return tuneJob(error.data.job);
         }
+        throw error;
+      }
+    });
+  }
+
+  /**
+   * Show the server's tuning run: follow the one going on (started before a reload of the page,
+   * or in another tab), else show how the last one ended. Resolves with the ended run, or null
+   * when the server has run none.
+   */
+  async resumeTune(): Promise<ITuneJob | null> {
+    if (this.tuning) {
+      return null;
+    }
+    return this._followTune('', async () => {
+      try {
+        return await currentTune();
+      } catch (error) {
+        // A page that cannot ask (the server extension is missing) shows no run, not an error.
+        console.warn('nbmemory: cannot ask for the tuning run', error);
+        return null;
+      }
+    });
+  }
+
+  /** Disable the button and follow the run `first` answers until it ends, in the status line. */
+  private async _followTune(
+    starting: string,
+    first: () => Promise<ITuneJob | null>
+  ): Promise<ITuneJob | null> {
+    this._tuneButton.disabled = true;
+    if (starting) {
+      this._setTuneStatus(starting);
+    }
+    try {
+      let job = await first();
+      if (job === null) {
+        return null;
       }
       this._setTuneStatus(tuneLine(job), false, job.status);
       job = await waitForTune(job, running => this._setTuneStatus(tuneLine(running), false, running.status));
       this._setTuneStatus(tuneLine(job), job.state === 'failed', job.status);
       return job;
     } catch (error) {
-      this._setTuneStatus(`Tuning failed: ${(error as Error).message}`, true);
+      // A 400 is a refused request (a bad option, a memory owned elsewhere): nothing ran.
+      const refused = error instanceof APIError && error.status === 400;
+      this._setTuneStatus(`Tuning ${refused ? 'not started' : 'failed'}: ${(error as Error).message}`, true);
       return null;
     } finally {
       this._tuneButton.disabled = false;
     }
+  }
+
+  /** The options area under the tuning button, collapsed until "Options" is clicked. */
+  private _tuneOptionsForm(): HTMLDivElement {
+    const form = el('div', 'jp-nbmemory-tune-options');
+    form.hidden = true;
+    const field = <T extends HTMLElement>(name: string, label: string, title: string, input: T): T => {
+      const wrapper = el('label');
+      wrapper.title = title;
+      input.className = `jp-nbmemory-tune-${name}`;
+      wrapper.append(el('span', undefined, label), input);
+      form.appendChild(wrapper);
+      return input;
+    };
+    const number = (min: number): HTMLInputElement => {
+      const input = el('input');
+      input.type = 'number';
+      input.min = String(min);
+      input.step = '1';
+      input.placeholder = 'default';
+      return input;
+    };
+    this._tuneEpochs = field('epochs', 'epochs', 'Training epochs (default 1)', number(1));
+    this._tuneMaxSteps = field(
+      'max-steps',
+      'max steps',
+      'Cap on training steps (default 150 on CPU, none on CUDA; 0: none)',
+      number(0)
+    );
+    const sources = el('select');
+    for (const source of ['', ...QUERY_SOURCES]) {
+      const option = el('option', undefined, source || 'default (title, log)');
+      option.value = source;
+      sources.appendChild(option);
+    }
+    this._tuneSource = field(
+      'query-source',
+      'query source',
+      'Where the training queries come from: headings, first sentences, or searches typed before',
+      sources
+    );
+    return form;
+  }
+
+  /** The options filled in (an empty box means the default and is not sent), or what is wrong. */
+  private _readTuneOptions(): ITuneOptions | string {
+    const numbers: [string, HTMLInputElement][] = [
+      ['epochs', this._tuneEpochs],
+      ['max steps', this._tuneMaxSteps]
+    ];
+    // A box holding what is no number reads as empty: say so rather than run with the default.
+    const bad = numbers.find(([, input]) => input.validity.badInput);
+    if (bad) {
+      return `Tuning not started: ${bad[0]} must be a number`;
+    }
+    const options: ITuneOptions = {};
+    if (this._tuneEpochs.value !== '') {
+      options.epochs = Number(this._tuneEpochs.value);
+    }
+    if (this._tuneMaxSteps.value !== '') {
+      options.max_steps = Number(this._tuneMaxSteps.value);
+    }
+    if (this._tuneSource.value) {
+      options.query_source = this._tuneSource.value;
+    }
+    return options;
   }
 
   /** The text in the search box. */
@@ -366,6 +485,9 @@ export class MemoryPanel extends Widget {
   private _explain: HTMLPreElement;
   private _tuneButton: HTMLButtonElement;
   private _tuneStatus: HTMLSpanElement;
+  private _tuneEpochs!: HTMLInputElement;
+  private _tuneMaxSteps!: HTMLInputElement;
+  private _tuneSource!: HTMLSelectElement;
   private _timer = 0;
   private _ticket = 0;
 }

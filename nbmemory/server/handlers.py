@@ -2,7 +2,8 @@
 
 Blocking nbmemory calls run in the state's thread pool. User mistakes answer 4xx with
 ``{"message": ...}``: 400 for a bad argument or an :class:`~nbmemory.NbMemoryError`, 403 for a
-path outside the server's root, 404 for an unknown item or job, 409 for a second tuning run.
+path outside the server's root, 404 for an unknown item or job (or ``GET tune`` before any run),
+409 for a second tuning run.
 """
 
 from __future__ import annotations
@@ -546,6 +547,12 @@ def _running_tune(state: ServerState) -> tuple[str, TuneJob] | None:
     return next(((i, job) for i, job in state.tune_jobs.items() if job.state == "running"), None)
 
 
+def _current_tune(state: ServerState) -> tuple[str, TuneJob] | None:
+    """The running run, else the one started last (the jobs are kept in the order they started)."""
+    latest = next(reversed(state.tune_jobs.items()), None)
+    return _running_tune(state) or latest
+
+
 def _tune_dict(job_id: str, job: TuneJob) -> dict[str, Any]:
     """What ``GET tune/<job>`` answers: where the run is, and at the end its verdict or error."""
     report: dict[str, Any] | None = None
@@ -569,7 +576,17 @@ class TuneHandler(MemoryHandler):
 
     One run at a time per server: a second POST while one runs answers 409 with the running
     job's id and status line. Tuning runs only in the process that owns the memory file.
+
+    ``GET /nbmemory/tune``: the running job, else the one started last (as ``GET tune/<job>``
+    answers it), 404 if none was started in this server: a reloaded sidebar follows it again.
     """
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        current = _current_tune(self.state)
+        if current is None:
+            raise _fail(404, "no tuning run has been started in this server: POST /nbmemory/tune starts one")
+        self.reply(_tune_dict(*current))
 
     @tornado.web.authenticated
     async def post(self) -> None:

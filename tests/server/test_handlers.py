@@ -427,6 +427,9 @@ class TestTuneOnARealMemory:
         assert refused["job"] == job_id and refused["status"].startswith("running: ")
         assert "already going on" in refused["message"]
         assert len(nbm_state.tune_jobs) == 1
+        # A reloaded sidebar asks which run is going on.
+        current = payload(await call(jp_fetch, "GET", "tune"))
+        assert current["job"] == job_id and current["state"] == "running"
 
         job = await wait_tune(jp_fetch, job_id)
         assert job["state"] == "done", job
@@ -451,6 +454,23 @@ async def test_tune_reports_a_failed_run(jp_fetch: Any) -> None:
     again = await call(jp_fetch, "POST", "tune", body={"query_source": ["title", "first_sentence"]})
     assert again.code == 202
     assert (await wait_tune(jp_fetch, payload(again)["job"], timeout=60))["state"] == "failed"
+
+
+async def test_get_tune_answers_the_latest_run(jp_fetch: Any) -> None:
+    none = await call(jp_fetch, "GET", "tune")
+    assert none.code == 404
+    assert "no tuning run has been started in this server" in payload(none)["message"]
+    # Quick runs: this server's memory embeds with the fake embedder, so each one fails at once.
+    assert (await call(jp_fetch, "POST", "remember", body={"text": "Deploys need the VPN."})).code == 201
+    first = payload(await call(jp_fetch, "POST", "tune"))
+    response = await call(jp_fetch, "GET", "tune")
+    assert response.code == 200 and payload(response)["job"] == first["job"]
+    ended = await wait_tune(jp_fetch, first["job"], timeout=60)
+    # Ended, it is still the latest run: a sidebar opened now shows how it ended.
+    assert payload(await call(jp_fetch, "GET", "tune")) == ended
+    second = payload(await call(jp_fetch, "POST", "tune"))
+    assert payload(await call(jp_fetch, "GET", "tune"))["job"] == second["job"] != first["job"]
+    await wait_tune(jp_fetch, second["job"], timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -500,7 +520,7 @@ async def test_tune_runs_only_in_the_owner(jp_fetch: Any, nbm_state: Any, tmp_pa
 async def test_tune_refuses_unauthenticated_requests(
     http_server_client: Any, jp_base_url: str, nbm_state: Any
 ) -> None:
-    for method, parts in [("POST", ("tune",)), ("GET", ("tune", "somejob"))]:
+    for method, parts in [("POST", ("tune",)), ("GET", ("tune",)), ("GET", ("tune", "somejob"))]:
         response = await http_server_client.fetch(
             url_path_join(jp_base_url, "nbmemory", *parts),
             method=method,

@@ -8,9 +8,12 @@ in a real kernel. Screenshots go to ``docs/screenshots/``.
 from __future__ import annotations
 
 import re
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import nbformat
 import pytest
@@ -26,6 +29,7 @@ from tests.server.test_ui import (  # noqa: F401 (the two jp_ fixtures override 
     search,
     sync_api,
 )
+from tests.tune.conftest import FOLDERS, SAMPLE
 
 pytestmark = pytest.mark.ui
 
@@ -284,3 +288,92 @@ def test_tune_model_button_follows_the_run_to_its_end(page: Any) -> None:
     else:
         assert re.match(r"(Adopted v\d+: adopt: |keep the current model: )", line), line
         assert (status.get_attribute("title") or "").startswith("finished in ")
+
+
+def test_tune_options_are_sent_and_a_bad_one_is_refused(page: Any) -> None:
+    button = page.locator(".jp-nbmemory-tune-button")
+    status = page.locator(".jp-nbmemory-tune-status")
+    toggle = page.locator(".jp-nbmemory-tune-options-toggle")
+    form = page.locator(".jp-nbmemory-tune-options")
+    # Collapsed until asked for.
+    assert form.is_hidden() and toggle.get_attribute("aria-expanded") == "false"
+    toggle.click()
+    sync_api.expect(form).to_be_visible()
+    assert toggle.get_attribute("aria-expanded") == "true"
+    sources = form.locator(".jp-nbmemory-tune-query-source option").evaluate_all(
+        "(os) => os.map(o => o.value)"
+    )
+    assert sources == ["", "title", "first_sentence", "log"]
+
+    # The server checks the values: its 400 message is the status line, and nothing runs.
+    page.get_by_label("max steps").fill("-1")
+    button.click()
+    sync_api.expect(status).to_have_text("Tuning not started: max_steps must be at least 0, got -1")
+    assert "jp-mod-error" in (status.get_attribute("class") or "")
+    sync_api.expect(button).to_be_enabled()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SCREENSHOTS / "tune-options.png"))
+
+    # Filled boxes are sent by their TUNE_OPTIONS names; empty ones are left to the defaults.
+    page.get_by_label("max steps").fill("1")
+    page.get_by_label("query source").select_option("first_sentence")
+    with page.expect_request(
+        lambda r: r.method == "POST" and urlsplit(r.url).path.endswith("/nbmemory/tune")
+    ) as sent:
+        button.click()
+    assert sent.value.post_data_json == {"max_steps": 1, "query_source": "first_sentence"}
+    sync_api.expect(button).to_be_disabled(timeout=5_000)
+    sync_api.expect(button).to_be_enabled(timeout=540_000)
+    assert "not started" not in status.inner_text()
+    page.get_by_label("max steps").fill("")
+    page.get_by_label("query source").select_option("")
+    toggle.click()
+    sync_api.expect(form).to_be_hidden()
+
+
+def test_tune_run_going_on_is_followed_again_after_a_page_reload(page: Any, lab: Lab) -> None:
+    # Last in this module: it adds the sample notes, enough to tune for a while.
+    for folder in FOLDERS:
+        shutil.copytree(SAMPLE / folder, lab.root / "sample" / folder)
+    job = lab.api("POST", "index", {"paths": ["sample"]})
+    while job["state"] in ("queued", "running"):
+        time.sleep(0.5)
+        job = lab.api("GET", f"index/{job['id']}")
+    assert job["state"] == "done", job
+    # Started outside this page (another tab); min_gain 1: the gate keeps the current model.
+    run = lab.api(
+        "POST",
+        "tune",
+        {
+            "max_steps": 6,
+            "max_triples": 48,
+            "batch_size": 8,
+            "min_gain": 1,
+            "query_source": "title,first_sentence",
+        },
+    )
+    assert run["state"] == "running"
+
+    page.reload()
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    button = page.locator(".jp-nbmemory-tune-button")
+    if not button.is_visible():
+        page.locator('.lm-TabBar-tab[data-id="nbmemory-sidebar"]').click()
+    status = page.locator(".jp-nbmemory-tune-status")
+    # The new page asks the server, disables the button and follows the run with its line.
+    sync_api.expect(status).to_have_text(
+        re.compile(r"^Tuning: (starting|mining|training|embedding|gate) \d+%$")
+    )
+    sync_api.expect(button).to_be_disabled()
+    assert (status.get_attribute("title") or "").startswith("running: ")
+    assert lab.api("GET", "tune")["job"] == run["job"]
+    sync_api.expect(button).to_be_enabled(timeout=540_000)
+    line = status.inner_text()
+    assert line.startswith("keep the current model: "), line
+    assert lab.api("GET", f"tune/{run['job']}")["state"] == "done"
+
+    # Once it has ended, a new page shows how.
+    page.reload()
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    sync_api.expect(status).to_have_text(line)
+    sync_api.expect(button).to_be_enabled()
