@@ -83,6 +83,10 @@ class PipelineConfig:
         The vector side's weight in the convex combination. MiniLM's cosines of relevant notes
         spread over about a third of the range BM25's share of the query spans, so 0.8 gives
         both sides a similar say; an identifier the corpus holds moves it towards BM25.
+    literal:
+        In convex fusion, an identifier of the query (``NEXT_PUBLIC_``, ``INC-2307``) counts for
+        a candidate only where it is written as such, when some candidate has it so; BM25 alone
+        also matches its pieces scattered over a note.
     rrf_k:
         RRF constant.
     weights:
@@ -126,6 +130,7 @@ class PipelineConfig:
     fusion: str = "convex"
     passages: bool = True
     vector_weight: float = 0.8
+    literal: bool = True
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
     adaptive: bool = True
@@ -522,7 +527,39 @@ class SearchPipeline:
             if item in scaled:
                 held = sum(idf[t][0] for t in terms if t in idf) / mass
                 scaled[item] = max(scaled[item], held)
+        if self.config.literal and evidence is not None and evidence.identifiers:
+            self._literal_identifiers(scaled, bm25, evidence, idf)
         return scaled
+
+    def _literal_identifiers(
+        self,
+        scaled: dict[int, float],
+        bm25: Retrieved,
+        evidence: QueryEvidence,
+        idf: dict[str, tuple[float, int]],
+    ) -> None:
+        """An identifier counts where it is written, not where its pieces are scattered.
+
+        BM25 splits ``NEXT_PUBLIC_`` into ``next`` and ``public``, and a note about the ``public``
+        schema that mentions what comes next matches it as well as the note that uses the
+        prefix. When some candidate holds an identifier of the query as written (case aside), a
+        candidate that holds only its pieces loses the share of its BM25 score those pieces gave.
+        """
+        rows = fetch_rows(self.db, list(scaled), HitRow)
+        texts = {i: f"{row.heading}\n{row.text}".lower() for i, row in rows.items()}
+        for name in evidence.identifiers:
+            literal = name.lower()
+            if not any(literal in text for text in texts.values()):
+                continue
+            pieces = set(fts.query_terms(self.db, name))
+            for item, text in texts.items():
+                if literal in text:
+                    continue
+                terms = bm25.matched.get(item, set())
+                held = sum(idf[t][0] for t in terms if t in idf)
+                lost = sum(idf[t][0] for t in terms & pieces if t in idf)
+                if held > 0 and lost > 0:
+                    scaled[item] *= 1.0 - lost / held
 
     def _cosines(self, query: Query, got: Retrieved, ids: list[int]) -> dict[int, float]:
         """Cosine similarity to the query of every candidate (the vector side's own, else exact)."""

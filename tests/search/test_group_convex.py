@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nbmemory import Memory, PipelineConfig
 from nbmemory.search.convex import convex
 from nbmemory.search.group import group_by_source
 
@@ -49,3 +50,25 @@ def test_bm25_scales_by_the_query_idf_mass_with_unseen_terms_counted() -> None:
     assert mass == pytest.approx(7.0)
     assert scale_bm25({1: 3.5, 2: 7.0}, mass) == {1: pytest.approx(0.5), 2: pytest.approx(1.0)}
     assert scale_bm25({1: 3.5}, 0.0) == {1: 0.0}
+
+
+LITERAL_NOTES = {
+    "env": "Next.js only exposes environment variables to the browser when their name starts with "
+    "NEXT_PUBLIC_, for example NEXT_PUBLIC_API_URL in .env.local.",
+    "schema": "Postgres puts new tables in the public schema. Public, public, public: the next "
+    "step is to set the search path so the next query looks in the public schema next.",
+    "ip": "To find your public IP address, curl ifconfig.me; next time use the public resolver "
+    "and check the next hop with traceroute. Public addresses differ from private ones.",
+}
+
+
+@pytest.mark.parametrize("literal", [True, False])
+def test_a_pasted_identifier_counts_where_it_is_written_not_where_its_pieces_are(
+    mem: Memory, literal: bool
+) -> None:
+    ids = {name: mem.remember(text).id for name, text in LITERAL_NOTES.items()}
+    result = mem.search("NEXT_PUBLIC_", k=3, config=PipelineConfig(literal=literal), log=False)
+    bm25 = result.trace.stage("bm25")
+    assert bm25 is not None and bm25.output[0] != ids["env"], "BM25 alone prefers the scattered pieces"
+    first = result.hits[0].id
+    assert (first == ids["env"]) is literal, result.explain(3)
