@@ -57,7 +57,7 @@ class Database:
         self.row_epoch = 0
         #: Passage vectors by model fingerprint and content hash (:mod:`nbmemory.store.passages`:
         #: read once, kept up to date by its writes).
-        self.passage_cache: dict[str, dict[str, Any]] = {}
+        self.passage_cache: dict[str, Any] = {}
         self.dropped_after_crash: list[str] = []
         wal = Path(f"{self.path}.wal").expanduser()
         unclean = self.path != ":memory:" and not read_only and wal.exists() and wal.stat().st_size > 0

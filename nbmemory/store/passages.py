@@ -14,9 +14,12 @@ only (:func:`best`), from a copy in memory read once per open file and kept up t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from nbmemory.embed.base import Embedder
 from nbmemory.ingest.windows import KINDS, windows
@@ -26,6 +29,9 @@ from nbmemory.store.db import Database
 
 #: (content hash, heading, text, kind) of a chunk.
 Content = tuple[str, str, str, str]
+#: Above this many passages of one model (about 20,000 chunks of prose), the first search after
+#: opening does not wait for their read into memory (0.2 s per 50,000 on 2 cores).
+SYNC_LOAD_ROWS = 100_000
 #: Chunks whose passages are embedded and committed together (a repair of a large memory keeps
 #: what it did when killed, and holds a batch's vectors in memory, not all of them).
 BATCH = 512
@@ -96,12 +102,15 @@ def _store(
             [embedder.fingerprint, list(todo)],
         )
         db.with_arrow("_nbm_new_passages", table, "INSERT INTO passages SELECT * FROM _nbm_new_passages")
-    held = db.passage_cache.get(embedder.fingerprint)
-    if held is not None:
-        start = 0
-        for digest, texts in todo.items():
-            held[digest] = vecs[start : start + len(texts)]
-            start += len(texts)
+    with db.lock:  # the copy in memory, or the pending writes of its read under way
+        held = db.passage_cache.get(embedder.fingerprint)
+        if isinstance(held, _Loading):
+            held = held.pending
+        if held is not None:
+            start = 0
+            for digest, texts in todo.items():
+                held[digest] = vecs[start : start + len(texts)]
+                start += len(texts)
     return len(flat)
 
 
@@ -138,32 +147,103 @@ def keep_only(db: Database, fingerprints: Sequence[str]) -> None:
     db.passage_cache.clear()
 
 
-def _held(db: Database, fingerprint: str) -> dict[str, np.ndarray]:
-    """Every passage of this model, by content hash: read once per open file, then kept up to date
-    by :func:`fill` (the only writer) and dropped by :func:`keep_only`."""
-    held = db.passage_cache.get(fingerprint)
-    if held is None:
-        # numpy, not Python lists (one read of the table: 11,345 windows in tens of ms).
-        with db.lock:
-            got = db.execute(
-                "SELECT content_hash, vec FROM passages WHERE fingerprint = ? ORDER BY content_hash, n",
-                [fingerprint],
-            ).fetchnumpy()
-        owners = list(got["content_hash"])
-        rows = list(got["vec"])
-        held = {}
-        start = 0
-        for end in range(1, len(owners) + 1):
-            if end == len(owners) or owners[end] != owners[start]:
-                held[owners[start]] = np.asarray(np.stack(rows[start:end]), dtype=np.float32)
-                start = end
+class _Loading:
+    """A read of a model's passages into memory, under way in a background thread: what
+    :func:`fill` writes meanwhile waits here and joins the copy when the read ends."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, np.ndarray] = {}
+
+
+def _grouped(table: Any) -> dict[str, np.ndarray]:
+    """Rows ``(content_hash, n, vec)`` as one float32 matrix, each content a view of its rows in
+    window order. A scan returns rows as :func:`fill` inserted them (DuckDB keeps insertion
+    order), each content's together: then the matrix is the read's own buffer, not a copy.
+    Otherwise they are ordered here: ORDER BY in SQL doubles the read, and a list column read as
+    numpy objects costs 4-5x the vectors' size (bench/passages_scale.py)."""
+    rows = table.num_rows
+    if not rows:
+        return {}
+    hashes = np.asarray(table.column("content_hash").to_pylist(), dtype=object)
+    n = table.column("n").to_numpy()
+    matrix = np.asarray(pc.list_flatten(table.column("vec")).to_numpy(), dtype=np.float32).reshape(rows, -1)
+    change = hashes[1:] != hashes[:-1]
+    bounds = [0, *(np.flatnonzero(change) + 1).tolist(), rows]
+    owners = hashes[bounds[:-1]]
+    if len(set(owners)) != len(owners) or bool(np.any((n[1:] <= n[:-1]) & ~change)):
+        keys, codes = np.unique(hashes, return_inverse=True)
+        order = np.lexsort((n, codes))
+        matrix, codes = matrix[order], codes[order]
+        bounds = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), rows]
+        owners = keys[codes[bounds[:-1]]]
+    return {str(h): matrix[a:b] for h, a, b in zip(owners, bounds[:-1], bounds[1:], strict=True)}
+
+
+def _read(
+    db: Database, fingerprint: str, hashes: Sequence[str] | None = None, con: Any = None
+) -> dict[str, np.ndarray]:
+    """This model's passages from the table: all of them, or those of ``hashes``; through ``con``
+    (a snapshot cursor) when given, else the store's connection under its lock."""
+    sql = "SELECT content_hash, n, vec FROM passages WHERE fingerprint = ?"
+    params: list[Any] = [fingerprint]
+    if hashes is not None:
+        sql += " AND content_hash IN (SELECT unnest(?::VARCHAR[]))"
+        params.append(list(hashes))
+    if con is not None:
+        return _grouped(con.execute(sql, params).to_arrow_table())
+    with db.lock:
+        table = db.execute(sql, params).to_arrow_table()
+    return _grouped(table)
+
+
+def _load(db: Database, fingerprint: str, loading: _Loading) -> None:
+    """Read every passage of the model into memory through a snapshot of its own, so searches and
+    writes go on meanwhile; what is written after the snapshot began is in ``loading.pending``."""
+    held: dict[str, np.ndarray] | None
+    try:
+        con = db.snapshot()
+        try:
+            held = _read(db, fingerprint, con=con)
+        finally:
+            con.close()
+    except Exception:  # a closed file: the next search starts over
+        held = None
+    with db.lock:
+        if db.passage_cache.get(fingerprint) is not loading:
+            return  # dropped meanwhile (keep_only): this copy may hold what was deleted
+        if held is None:
+            del db.passage_cache[fingerprint]
+            return
+        held.update(loading.pending)
         db.passage_cache[fingerprint] = held
-    return held
+
+
+def _held(db: Database, fingerprint: str) -> dict[str, np.ndarray] | None:
+    """Every passage of this model, by content hash: read once per open file, then kept up to date
+    by :func:`fill` (the only writer) and dropped by :func:`keep_only`. Above
+    :data:`SYNC_LOAD_ROWS` the read runs in a background thread, and this is None until it ends."""
+    with db.lock:
+        held = db.passage_cache.get(fingerprint)
+        if held is None:
+            count = int(db.scalar("SELECT count(*) FROM passages WHERE fingerprint = ?", [fingerprint]))
+            if count > SYNC_LOAD_ROWS:
+                loading = _Loading()
+                db.passage_cache[fingerprint] = loading
+                threading.Thread(
+                    target=_load, args=(db, fingerprint, loading), name="nbmemory-passages", daemon=True
+                ).start()
+                return None
+            held = _read(db, fingerprint)
+            db.passage_cache[fingerprint] = held
+        return held if isinstance(held, dict) else None
 
 
 def vectors_of(db: Database, fingerprint: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-    """Passage vectors by content hash (``(windows, dim)``, as stored); content without passages is absent."""
+    """Passage vectors by content hash (``(windows, dim)``, as stored); content without passages is
+    absent. From the copy in memory, or from the table while that copy is being read."""
     held = _held(db, fingerprint)
+    if held is None:
+        return _read(db, fingerprint, hashes)
     return {h: held[h] for h in hashes if h in held}
 
 

@@ -3,8 +3,11 @@ score a chunk by the best of its own cosine and its windows'."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nbmemory import Memory, PipelineConfig
@@ -165,3 +168,40 @@ def test_passages_are_committed_batch_by_batch(
         mem.remember_many([body, body.replace("Monday", "Sunday"), body.replace("Friday", "Saturday")])
         counts = mem.db.fetchall("SELECT count(*) FROM passages GROUP BY content_hash")
         assert len(counts) == 3 and {c[0] for c in counts} == {len(windows(body))}
+
+
+def test_a_large_memory_reads_its_passages_in_the_background_and_loses_no_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_embedder: FakeEmbedder
+) -> None:
+    body = WEEK.split("\n", 2)[2]
+    path = tmp_path / "m.duckdb"
+    with Memory(path, embedder=fake_embedder) as mem:
+        mem.remember(body, heading="Platform week")
+        query = "reset the grafana admin password"
+        expected = mem.search(query, log=False)
+    # Every memory counts as large here; the read is held until the searches below are done.
+    monkeypatch.setattr(passages, "SYNC_LOAD_ROWS", 0)
+    go, read = threading.Event(), passages._read
+    monkeypatch.setattr(
+        passages,
+        "_read",
+        lambda db, fp, hashes=None, con=None: (con is None or go.wait(30)) and read(db, fp, hashes, con),
+    )
+    with Memory(path, embedder=fake_embedder) as mem:
+        during = mem.search(query, log=False)
+        assert isinstance(mem.db.passage_cache[fake_embedder.fingerprint], passages._Loading)
+        # The same ranking and scores while the read is under way (the candidates' passages
+        # come from the table) ...
+        assert [(h.id, h.score) for h in during.hits] == [(h.id, h.score) for h in expected.hits]
+        # ... and what is written meanwhile joins the copy when it is ready.
+        added = mem.remember(body.replace("Grafana", "Kibana"), heading="Platform week")
+        digest = mem.db.scalar("SELECT content_hash FROM chunks WHERE id = ?", [added.id])
+        go.set()
+        for _ in range(300):
+            if isinstance(mem.db.passage_cache[fake_embedder.fingerprint], dict):
+                break
+            time.sleep(0.05)
+        held = mem.db.passage_cache[fake_embedder.fingerprint]
+        assert isinstance(held, dict) and digest in held and len(held) == 2
+        stored = read(mem.db, fake_embedder.fingerprint, [digest])[digest]
+        assert np.array_equal(held[digest], stored)
