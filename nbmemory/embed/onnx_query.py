@@ -22,6 +22,9 @@ import numpy as np
 
 #: Largest difference from sentence-transformers' vector, on any probe, for the export to be used.
 TOLERANCE = 1e-5
+#: Exports kept in the cache, the most recently used: each is the model's full weights (about
+#: 90 MB for MiniLM), and every adopted tuning is a new model.
+KEEP_EXPORTS = 4
 PROBES = (
     "kafka consumer lag",
     "how do I tell git bisect to pass over a commit I can't test",
@@ -34,6 +37,16 @@ PROBES = (
 def _cache_dir() -> Path:
     raw = os.environ.get("NBMEMORY_CACHE")
     return (Path(raw).expanduser() if raw else Path.home() / ".cache" / "nbmemory") / "onnx"
+
+
+def prune_exports(folder: Path, keep: Path, count: int = KEEP_EXPORTS) -> list[Path]:
+    """Delete all but the ``count`` most recently used exports in ``folder`` (never ``keep``);
+    returns what was deleted. A process still using a deleted one keeps its open session."""
+    exports = sorted(folder.glob("*.onnx"), key=lambda p: p.stat().st_mtime, reverse=True)
+    dropped = [p for p in exports if p != keep][max(0, count - 1) :]
+    for old in dropped:
+        old.unlink(missing_ok=True)
+    return dropped
 
 
 def _supported(model: Any) -> bool:
@@ -76,8 +89,11 @@ class OnnxQueryEncoder:
             return None
         path = _cache_dir() / f"{fingerprint}.onnx"
         try:
-            if not path.exists():
+            if path.exists():
+                os.utime(path)  # used now: the pruning below keeps the most recently used
+            else:
                 cls._export(model, path)
+                prune_exports(path.parent, keep=path)
             import torch
 
             options = ort.SessionOptions()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,22 @@ def test_a_corrupt_export_is_replaced_and_a_disabled_runtime_uses_torch(
     assert onnx_query.OnnxQueryEncoder.for_model(model, fingerprint, "cuda") is None
     monkeypatch.setenv("NBMEMORY_ONNX", "0")
     assert onnx_query.OnnxQueryEncoder.for_model(model, fingerprint, "cpu") is None
+
+
+def test_the_cache_keeps_the_most_recently_used_exports_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_embedder: SentenceTransformerEmbedder
+) -> None:
+    monkeypatch.setenv("NBMEMORY_CACHE", str(tmp_path))
+    folder = tmp_path / "onnx"
+    folder.mkdir()
+    # Exports of earlier tunings, oldest first; the second oldest was used a moment ago.
+    old = [folder / f"tuned{i}.onnx" for i in range(onnx_query.KEEP_EXPORTS + 1)]
+    for age, path in enumerate(reversed(old), start=1):
+        path.write_bytes(b"x")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    os.utime(old[1], (2_000_000, 2_000_000))
+    model, fingerprint = real_embedder._model, real_embedder.fingerprint
+    assert onnx_query.OnnxQueryEncoder.for_model(model, fingerprint, "cpu") is not None
+    kept = sorted(p.name for p in folder.glob("*.onnx"))
+    newest_old = sorted([old[1], *old[-2:]], key=lambda p: p.name)
+    assert kept == sorted([f"{fingerprint}.onnx", *(p.name for p in newest_old)])
