@@ -12,6 +12,7 @@ always do (batches, where torch is as fast).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import warnings
@@ -90,7 +91,8 @@ class OnnxQueryEncoder:
         path = _cache_dir() / f"{fingerprint}.onnx"
         try:
             if path.exists():
-                os.utime(path)  # used now: the pruning below keeps the most recently used
+                with contextlib.suppress(OSError):  # used now: pruning keeps the most recently used
+                    os.utime(path)
             else:
                 cls._export(model, path)
                 prune_exports(path.parent, keep=path)
