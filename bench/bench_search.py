@@ -6,6 +6,7 @@ progress goes to stderr. Document vectors come from the embedding cache (fill it
 embedder's query LRU is emptied before every measured query so it never hits.
 
     python bench/bench_search.py [--sizes 10000,50000] [--queries 300] [--ingest-n 2000]
+    python bench/bench_search.py --sizes 10000,50000 --synthetic-passages --out bench/results/X.json
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from bench.sqlite_ref import SqliteReference  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 T0 = time.perf_counter()
 DUCKDB_THREADS = 0  # --duckdb-threads; 0 leaves DuckDB's default
+SYNTHETIC_PASSAGES = False  # --synthetic-passages
 BUILD_NOTE = (
     "store-side ingest given vectors (cached embeddings): rows, vectors, incremental HNSW "
     "inserts, FTS delta postings, the final FTS rebuild"
@@ -127,8 +129,43 @@ def machine_info(embedder: Any) -> dict[str, Any]:
     return info
 
 
+def add_synthetic_passages(db: Any, fingerprint: str, dim: int) -> dict[str, Any]:
+    """Passage rows for every chunk that would get them (:func:`nbmemory.store.passages.texts_of`),
+    holding random unit vectors instead of embedded windows: what a search reads and scores is
+    the same amount, without embedding hundreds of thousands of windows on a CPU. Random vectors
+    are near-orthogonal to every query, so rankings stay those of chunk vectors alone."""
+    import pyarrow as pa
+
+    from nbmemory.store import passages
+
+    rows = db.fetchall(
+        "SELECT DISTINCT content_hash, heading, text, kind FROM chunks WHERE deleted_at IS NULL"
+    )
+    owners: list[str] = []
+    ns: list[int] = []
+    for digest, heading, text, kind in rows:
+        count = len(passages.texts_of(heading or "", text, kind))
+        owners += [digest] * count
+        ns += list(range(count))
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((len(owners), dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    table = pa.table(
+        {
+            "content_hash": pa.array(owners, type=pa.string()),
+            "fingerprint": pa.array([fingerprint] * len(owners), type=pa.string()),
+            "n": pa.array(ns, type=pa.int32()),
+            "vec": pa.array(list(vecs), type=pa.list_(pa.float32())),
+        }
+    )
+    with db.transaction():
+        db.with_arrow("_nbm_new_passages", table, "INSERT INTO passages SELECT * FROM _nbm_new_passages")
+    return {"synthetic": True, "passages": len(owners), "chunks_with_passages": len(set(owners))}
+
+
 def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir: Path) -> dict[str, Any]:
     from nbmemory import Memory
+    from nbmemory.config import Settings
     from nbmemory.store import fts, hot, vectors
 
     out: dict[str, Any] = {"chunks": n, "queries": len(measured)}
@@ -142,7 +179,8 @@ def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir:
     # -- nbmemory build -------------------------------------------------------------------
     path = workdir / f"nbm-{n}.duckdb"
     t = time.perf_counter()
-    mem = Memory(path, embedder=cached)
+    # With --synthetic-passages the build embeds no windows; random passage rows are added below.
+    mem = Memory(path, embedder=cached, settings=Settings(passages=not SYNTHETIC_PASSAGES))
     _ = mem.embedder  # creates the vectors table and the (empty) HNSW index
     open_s = time.perf_counter() - t
     log(f"[{n}] nbmemory remember_many")
@@ -157,6 +195,9 @@ def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir:
     mem.db.execute("CHECKPOINT")
     checkpoint_s = time.perf_counter() - t
     log(f"[{n}] nbmemory build {build_s:.1f}s, fts rebuild {fts_rebuild_s:.1f}s")
+    if SYNTHETIC_PASSAGES:
+        out["passages"] = add_synthetic_passages(mem.db, cached.fingerprint, cached.dim)
+        log(f"[{n}] synthetic passages: {out['passages']}")
     hnsw_rebuild_s = None
     if vectors.persisted(mem.db):  # NBMEMORY_HOT=0: searches go through SQL and HNSW
         t = time.perf_counter()
@@ -486,6 +527,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", default=None, help="where temporary stores go (default: a temp dir)")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results/")
     parser.add_argument(
+        "--out", default=None, help="results file (default: bench/results/search-<UTC date>.json)"
+    )
+    parser.add_argument(
+        "--synthetic-passages",
+        action="store_true",
+        help="build without embedding windows, then add random passage vectors to every chunk that gets "
+        "passages (search reads and scores as many; the windows' embedding cost is left out)",
+    )
+    parser.add_argument(
         "--torch-threads", type=int, default=0, help="torch.set_num_threads(N) first (0: leave as is)"
     )
     parser.add_argument(
@@ -500,8 +550,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    global DUCKDB_THREADS
+    global DUCKDB_THREADS, SYNTHETIC_PASSAGES
     DUCKDB_THREADS = args.duckdb_threads
+    SYNTHETIC_PASSAGES = args.synthetic_passages
     started = datetime.now(UTC)
     real = SentenceTransformerEmbedder()
     queries = load_queries()
@@ -525,6 +576,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "duckdb_threads_flag": args.duckdb_threads or None,
             "corpus": "BEIR SciFact + NFCorpus, 2-sentence chunks",
             "queries": "SciFact + NFCorpus test queries, each distinct",
+            "synthetic_passages": SYNTHETIC_PASSAGES,
         },
         "sizes": {},
         "wall_s": {},
@@ -563,7 +615,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = json.dumps(result, indent=2)
     if not args.no_save:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        target = RESULTS / f"search-{started.strftime('%Y-%m-%d')}.json"
+        target = Path(args.out) if args.out else RESULTS / f"search-{started.strftime('%Y-%m-%d')}.json"
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, target)
