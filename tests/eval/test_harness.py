@@ -156,6 +156,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
     assert set(toggles) == {
         "default-adaptive",
         "default-passages",
+        "default-literal",
         "default-supersede",
         "default-dedup",
         "default+mmr",

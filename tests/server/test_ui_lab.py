@@ -345,8 +345,8 @@ def test_tune_run_going_on_is_followed_again_after_a_page_reload(page: Any, lab:
         "POST",
         "tune",
         {
-            "max_steps": 6,
-            "max_triples": 48,
+            "max_steps": 30,
+            "max_triples": 240,
             "batch_size": 8,
             "min_gain": 1,
             "query_source": "title,first_sentence",
@@ -354,15 +354,16 @@ def test_tune_run_going_on_is_followed_again_after_a_page_reload(page: Any, lab:
     )
     assert run["state"] == "running"
 
-    page.reload()
-    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    # The run keeps a core busy: the page may take a while to load, so its own timeouts are long.
+    page.reload(wait_until="domcontentloaded", timeout=180_000)
+    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=180_000)
     button = page.locator(".jp-nbmemory-tune-button")
     if not button.is_visible():
         page.locator('.lm-TabBar-tab[data-id="nbmemory-sidebar"]').click()
     status = page.locator(".jp-nbmemory-tune-status")
     # The new page asks the server, disables the button and follows the run with its line.
     sync_api.expect(status).to_have_text(
-        re.compile(r"^Tuning: (starting|mining|training|embedding|gate) \d+%$")
+        re.compile(r"^Tuning: (starting|mining|training|embedding|gate) \d+%$"), timeout=60_000
     )
     sync_api.expect(button).to_be_disabled()
     assert (status.get_attribute("title") or "").startswith("running: ")
@@ -373,7 +374,7 @@ def test_tune_run_going_on_is_followed_again_after_a_page_reload(page: Any, lab:
     assert lab.api("GET", f"tune/{run['job']}")["state"] == "done"
 
     # Once it has ended, a new page shows how.
-    page.reload()
-    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    page.reload(wait_until="domcontentloaded", timeout=180_000)
+    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=180_000)
     sync_api.expect(status).to_have_text(line)
     sync_api.expect(button).to_be_enabled()
