@@ -5,39 +5,17 @@ cells go on meanwhile with the current model. Tuning trains its own copy of the 
 the candidate's vectors beside the live ones, so nothing a search reads changes until the gate
 adopts the candidate and the swap replaces model and vectors in one step (writes that began with
 the old model commit first: see ``Memory._swap``).
-
-A background run leaves one core to the rest of the process: torch's intra-op threads are
-capped at the core count less one while it runs (in a Jupyter server on 2 cores, a run with
-both cores made a page load of JupyterLab take over a minute).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 #: ``progress(phase, fraction)``, as :func:`nbmemory.tune.run.tune_memory` reports it.
 ProgressFn = Callable[[str, float], None]
-
-
-@contextlib.contextmanager
-def _one_core_left() -> Iterator[None]:
-    """Torch's intra-op threads at most the core count less one, for the block's duration."""
-    import torch
-
-    before = torch.get_num_threads()
-    cap = max(1, (os.cpu_count() or 1) - 1)
-    if before > cap:
-        torch.set_num_threads(cap)
-    try:
-        yield
-    finally:
-        if before > cap:
-            torch.set_num_threads(before)
 
 
 class TuneJob:
@@ -80,8 +58,7 @@ class TuneJob:
 
     def _main(self) -> None:
         try:
-            with _one_core_left():
-                self.report = self._run(self._progress)
+            self.report = self._run(self._progress)
             self.state = "done"
         except BaseException as exc:  # reported through result(); the thread must not die silently
             self.error = exc

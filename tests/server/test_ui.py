@@ -202,7 +202,17 @@ def lab_page(lab: Lab) -> Iterator[Any]:
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
         page.dialogs = []  # type: ignore[attr-defined]
-        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
+
+        def answer(dialog: Any) -> None:
+            # A reload with a notebook unsaved asks before leaving; dismissing it cancels the
+            # reload. Any other dialog (alert, confirm) is page content: recorded and dismissed.
+            if dialog.type == "beforeunload":
+                dialog.accept()
+            else:
+                page.dialogs.append(dialog.message)  # type: ignore[attr-defined]
+                dialog.dismiss()
+
+        page.on("dialog", answer)
         page.set_default_timeout(60_000)
         page.goto(f"{lab.url}/lab?token={lab.token}")
         # Wait until Lab has settled (the launcher takes focus when it opens).

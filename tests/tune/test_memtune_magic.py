@@ -114,18 +114,3 @@ def test_a_failed_background_run_says_why(
     assert job.state == "failed" and "too small to tune" in job.status()
     with pytest.raises(NbMemoryError, match="too small to tune"):
         job.result()
-
-
-def test_a_background_run_leaves_one_core_to_the_rest_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
-
-    before = torch.get_num_threads()
-    monkeypatch.setattr("os.cpu_count", lambda: 4)
-    torch.set_num_threads(4)
-    try:
-        job = TuneJob(lambda progress: torch.get_num_threads())
-        assert job.wait(30) and job.state == "done"
-        assert job.report == 3  # while it ran
-        assert torch.get_num_threads() == 4  # and after
-    finally:
-        torch.set_num_threads(before)
