@@ -286,8 +286,7 @@ class Memory:
                 self._search_log.note_rows(
                     request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
                 )
-            if self.settings.passages:
-                passages.fill(self.db, embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
+            self._fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
         return new_ids
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
@@ -319,9 +318,9 @@ class Memory:
                 new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
             with self.db.transaction():
                 item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
-            if new_text is not None and self.settings.passages:
+            if new_text is not None:
                 digest = chunk_rows.content_hash(item.heading, new_text[0])
-                passages.fill(self.db, embedder, [(digest, item.heading, new_text[0], item.kind)])
+                self._fill_passages(embedder, [(digest, item.heading, new_text[0], item.kind)])
         vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
@@ -426,14 +425,22 @@ class Memory:
             reembed.stage(self.db, embedder, progress)
             return self._swap(embedder, progress)
 
+    def _fill_passages(self, embedder: Embedder, contents: list[passages.Content] | None = None) -> None:
+        """Embed the passages of ``contents`` (None: of every chunk lacking them) for ``embedder``,
+        unless passages are off (``Settings.passages``)."""
+        if not self.settings.passages:
+            return
+        if contents is None:
+            passages.fill_missing(self.db, embedder)
+        else:
+            passages.fill(self.db, embedder, contents)
+
     def _swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
         # The new model's passages first, while writes go on; then, after every write that
         # began with the old model has committed and before the next starts, what they added.
-        if self.settings.passages:
-            passages.fill_missing(self.db, embedder)
+        self._fill_passages(embedder)
         with self._model_use.swapping():
-            if self.settings.passages:
-                passages.fill_missing(self.db, embedder)
+            self._fill_passages(embedder)
             count = reembed.swap(self.db, embedder, self._switch_model, progress)
             passages.keep_only(self.db, [embedder.fingerprint])
             return count

@@ -64,6 +64,8 @@ class QueryEvidence:
     #: item holds): the scale of BM25 scores in convex fusion and of the no-answer flag.
     mass: float = 0.0
     unseen_idf: float = 0.0
+    #: Each identifier in ``identifiers`` -> its index terms (``INC-4821`` -> ``inc``, ``4821``).
+    pieces: dict[str, list[str]] = field(default_factory=dict)
 
 
 def identifiers(query: str) -> list[str]:
@@ -126,4 +128,5 @@ def fusion_weights(
             lean = 2.0 * share - 1.0
             reason = f"identifier {found_ids[0]!r} is in the corpus and carries {share:.0%} of the query's IDF mass"
     weights = {"bm25": 1.0 + strength * lean, "vector": 1.0 - strength * lean}
-    return QueryEvidence(evidence, lean, weights, found_ids, missing, reason, mass, unseen_idf)
+    pieces = {name: term_of[name] for name in found_ids}
+    return QueryEvidence(evidence, lean, weights, found_ids, missing, reason, mass, unseen_idf, pieces)

@@ -551,7 +551,7 @@ class SearchPipeline:
             literal = name.lower()
             if not any(literal in text for text in texts.values()):
                 continue
-            pieces = set(fts.query_terms(self.db, name))
+            pieces = set(evidence.pieces[name])
             for item, text in texts.items():
                 if literal in text:
                     continue
