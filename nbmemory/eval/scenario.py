@@ -650,6 +650,8 @@ def score(outcomes: Sequence[QueryOutcome]) -> list[dict[str, Any]]:
             mrr = sum(1.0 / r for o in group if (r := o.first_rank) is not None and r <= 10) / n
             row["mrr"] = mrr
             row["mrr_ci"] = wilson(mrr * n, n)
+            # Answerable questions flagged "no confident match": each one is a false flag.
+            row["flagged"] = sum(1 for o in group if o.flagged) / n
         if kind == "multi-topic":
             slots = sum(len(o.targets) for o in group)
             covered = sum(o.covered(5) for o in group)
@@ -693,6 +695,8 @@ class ScenarioResult:
                         out[metric] = f"{row[metric]:.3f} [{low:.2f}, {high:.2f}]"
                     else:
                         out[metric] = ""
+                flagged = row.get("flagged")
+                out["flagged"] = "" if flagged is None else f"{round(flagged * row['n'])}/{row['n']}"
                 rows.append(out)
         return pl.DataFrame(rows)
 

@@ -735,12 +735,8 @@ class SearchPipeline:
                 stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
                 return False, ""
             top_sim = max(sims.values(), default=None)
-            share, words = reject_mod.unseen_share(
-                query, evidence.mass, evidence.unseen_idf, evidence.missing_terms
-            )
-            rejected, reason, numbers = thresholds.should_reject(
-                top_sim, share, words, fts.corpus_size(self.db)
-            )
+            missing = reject_mod.unseen(query, evidence.mass, evidence.unseen_idf, evidence.missing_terms)
+            rejected, reason, numbers = thresholds.should_reject(top_sim, missing)
             stage.notes = {"rejected": rejected, "why": numbers}
         return rejected, reason
 

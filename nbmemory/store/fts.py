@@ -245,6 +245,23 @@ def sql_query_terms(db: Database, query: str) -> list[str]:
 _ASCII_SEPARATOR = re.compile(r"[^a-z0-9]+")
 
 
+def words_of_terms(query: str, terms: list[str]) -> dict[str, list[str]]:
+    """The words of ``query`` behind each of its index ``terms`` (``kubernet`` -> ``["Kubernetes"]``),
+    as written. ASCII words are stemmed as the index stems them; other words are matched by prefix."""
+    found: dict[str, list[str]] = {t: [] for t in terms}
+    for word in dict.fromkeys(re.findall(r"[^\W_]+", query)):
+        lower = word.lower()
+        if lower.isascii():
+            term = _porter().stemWord(lower)
+            if term in found:
+                found[term].append(word)
+        else:
+            for term in found:
+                if lower.startswith(term):
+                    found[term].append(word)
+    return found
+
+
 @functools.cache
 def _porter() -> Any:
     import Stemmer  # PyStemmer: libstemmer's C stemmers

@@ -80,7 +80,7 @@ def test_score_counts_hits_coverage_and_empty_misses() -> None:
     outcomes = [
         QueryOutcome("a", "paraphrase", ["t1", "x", "y"], ("t1",), 1.0),
         QueryOutcome("b", "paraphrase", ["x", "y", "t2"], ("t2",), 1.0),
-        QueryOutcome("c", "paraphrase", ["x"] * 10, ("t3",), 1.0),
+        QueryOutcome("c", "paraphrase", ["x"] * 10, ("t3",), 1.0, flagged=True),
         QueryOutcome("d", "multi-topic", ["t1", "x", "x", "x", "x", "t2"], ("t1", "t2"), 1.0),
         QueryOutcome("e", "miss", [], (), 1.0),
         QueryOutcome("f", "miss", ["x"], (), 1.0),
@@ -97,6 +97,7 @@ def test_score_counts_hits_coverage_and_empty_misses() -> None:
     assert rows["miss"]["miss_empty"] == pytest.approx(1 / 2)
     assert rows["miss"]["miss_empty_ci"] == pytest.approx(wilson(1, 2))
     assert rows["answerable"]["n"] == 4
+    assert para["flagged"] == pytest.approx(1 / 3) and rows["answerable"]["flagged"] == pytest.approx(1 / 4)
 
 
 def test_evaluate_scenario_plumbing_with_a_fake_embedder() -> None:

@@ -47,13 +47,16 @@ def test_paraphrase_without_shared_words_leans_to_vectors(mem: Memory, notes: di
     assert result.ids[0] == notes["For"]
 
 
-def test_a_small_memory_never_flags_no_answer_and_says_why(mem: Memory, notes: dict[str, int]) -> None:
-    # Seven notes lack most words: a missing word is no evidence there (tests/search/
-    # test_real_notes.py checks the flag on a thousand real notes).
-    miss = mem.search("kubernetes pod eviction thresholds for gpu nodes", k=5, log=False)
-    assert not miss.rejected and miss.hits
-    stage = miss.trace.stage("reject")
-    assert stage is not None and "too few" in stage.notes["why"]
+def test_no_answer_counts_only_missing_words_rare_in_english(mem: Memory, notes: dict[str, int]) -> None:
+    # Six notes lack most words: a missing common word ("recipe", "grandmother") is no evidence,
+    # a missing word rare in English ("kubernetes") is (tests/search/test_real_notes.py checks
+    # the flag on real notes).
+    common = mem.search("my grandmother's favourite soup recipe", k=5, log=False)
+    assert not common.rejected and common.hits
+    stage = common.trace.stage("reject")
+    assert stage is not None and "unseen words rare in English 0% < 35%" in stage.notes["why"]
+    rare = mem.search("configure the kubernetes autoscaler", k=5, log=False)
+    assert rare.rejected and rare.hits and "'kubernetes'" in rare.reason
     assert mem.search("how do I restart the ingest worker", k=5, log=False).ids[0] == notes["To"]
 
 

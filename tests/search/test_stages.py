@@ -12,7 +12,7 @@ from nbmemory.search.decay import ItemSignals, recency_factor
 from nbmemory.search.dedup import dedup
 from nbmemory.search.fusion import rrf
 from nbmemory.search.mmr import mmr
-from nbmemory.search.reject import Thresholds
+from nbmemory.search.reject import RARE_ZIPF, Thresholds, Unseen, unseen, zipf
 from nbmemory.search.rerank import blend, gate
 from nbmemory.search.supersede import demote
 
@@ -156,22 +156,27 @@ def test_superseded_item_moves_right_below_its_successor_or_to_the_end() -> None
 def test_tiers_and_the_no_answer_flag_need_both_signals_against() -> None:
     t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, "test")
     assert [t.tier(d) for d in (0.1, 0.3, 0.5, 0.7, None)] == ["high", "medium", "low", "none", "none"]
-    flagged, reason, numbers = t.should_reject(0.45, 0.5, ["kubernetes"])
+    kubernetes = Unseen({"kubernet": ["kubernetes"]}, 0.5)
+    flagged, reason, numbers = t.should_reject(0.45, kubernetes)
     assert flagged and "'kubernetes' appear in no stored item" in reason and "0.450 < 0.600" in numbers
-    assert t.should_reject(0.45, 0.20)[0] is False  # the memory knows the query's words
-    assert t.should_reject(0.65, 0.90)[0] is False  # a close match in meaning
-    assert t.should_reject(None, 0.0)[0] is False  # no indexable words: no keyword evidence
+    assert t.should_reject(0.45, Unseen({"kubernet": ["kubernetes"]}, 0.2))[0] is False  # a small share
+    assert t.should_reject(0.65, Unseen({"kubernet": ["kubernetes"]}, 0.9))[0] is False  # close in meaning
+    assert t.should_reject(None, Unseen({}, 0.0))[0] is False  # no indexable words: no keyword evidence
     none = Thresholds("fp", {}, "test")
-    assert none.should_reject(0.0, 1.0) == (False, "", "no tiers for this model")
+    assert none.should_reject(0.0, kubernetes) == (False, "", "no tiers for this model")
 
 
-def test_unseen_share_and_the_small_memory_gate() -> None:
-    from nbmemory.search.reject import LARGE_MEMORY, unseen_share
-
-    share, words = unseen_share("Kubernetes on my disk", 10.0, 2.0, ["kubernet", "disk"])
-    assert share == pytest.approx(0.4) and words == ["Kubernetes", "disk"]
-    assert unseen_share("anything", 0.0, 2.0, []) == (0.0, [])
+def test_only_unseen_words_rare_in_english_count() -> None:
+    missing = unseen("Kubernetes on my laptop, slimmed-down", 10.0, 2.0, ["kubernet", "laptop", "slim"])
+    assert missing.words == {"kubernet": ["Kubernetes"], "laptop": ["laptop"], "slim": ["slimmed"]}
+    # "laptop" is common English (Zipf 4.2): a memory lacking it says nothing.
+    assert zipf("laptop") >= RARE_ZIPF > zipf("Kubernetes") and zipf("asyncio") == 0.0
+    assert missing.share() == pytest.approx(0.4) and missing.names() == ["Kubernetes", "slimmed"]
+    assert unseen("anything", 0.0, 2.0, []).share() == 0.0
     t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, "test")
-    assert t.should_reject(0.3, 0.9, ["kubernetes"], items=LARGE_MEMORY)[0] is True
-    flagged, _, numbers = t.should_reject(0.3, 0.9, ["kubernetes"], items=LARGE_MEMORY - 1)
-    assert not flagged and "too few" in numbers
+    common = unseen("keep my laptop awake", 4.0, 2.0, ["laptop", "awak"])
+    assert common.words == {"laptop": ["laptop"], "awak": ["awake"]} and common.share() == 0.0
+    flagged, _, numbers = t.should_reject(0.3, common)
+    assert not flagged and "unseen words rare in English 0% < 35%" in numbers
+    flagged, reason, _ = t.should_reject(0.3, unseen("asyncio gather", 4.0, 2.0, ["asyncio", "gather"]))
+    assert flagged and reason.startswith("no confident match: 'asyncio' appear")
