@@ -92,7 +92,7 @@ def signals(corpus: Path, embedder: CachedEmbedder) -> list[dict[str, Any]]:
                     "cosine": max(found["vector"].scores.values(), default=-1.0),
                     "unseen": missing.idf_share * len(missing.words),
                     "unseen_rare": missing.share(),
-                    "unseen_words": {t: [(w, reject.zipf(w)) for w in ws] for t, ws in missing.words.items()},
+                    "unseen_words": {t: [(w, reject.rare(w)) for w in ws] for t, ws in missing.words.items()},
                     "coverage": coverage / evidence.mass if evidence.mass > 0 else 0.0,
                 }
             )

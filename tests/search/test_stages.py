@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from nbmemory.search.decay import ItemSignals, recency_factor
 from nbmemory.search.dedup import dedup
 from nbmemory.search.fusion import rrf
 from nbmemory.search.mmr import mmr
-from nbmemory.search.reject import RARE_ZIPF, Thresholds, Unseen, unseen, zipf
+from nbmemory.search.reject import RARE_ZIPF, Thresholds, Unseen, rare, unseen
 from nbmemory.search.rerank import blend, gate
 from nbmemory.search.supersede import demote
 
@@ -170,7 +172,7 @@ def test_only_unseen_words_rare_in_english_count() -> None:
     missing = unseen("Kubernetes on my laptop, slimmed-down", 10.0, 2.0, ["kubernet", "laptop", "slim"])
     assert missing.words == {"kubernet": ["Kubernetes"], "laptop": ["laptop"], "slim": ["slimmed"]}
     # "laptop" is common English (Zipf 4.2): a memory lacking it says nothing.
-    assert zipf("laptop") >= RARE_ZIPF > zipf("Kubernetes") and zipf("asyncio") == 0.0
+    assert not rare("laptop") and rare("Kubernetes") and rare("asyncio") and rare("INC-4821")
     assert missing.share() == pytest.approx(0.4) and missing.names() == ["Kubernetes", "slimmed"]
     assert unseen("anything", 0.0, 2.0, []).share() == 0.0
     t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, "test")
@@ -180,3 +182,16 @@ def test_only_unseen_words_rare_in_english_count() -> None:
     assert not flagged and "unseen words rare in English 0% < 35%" in numbers
     flagged, reason, _ = t.should_reject(0.3, unseen("asyncio gather", 4.0, 2.0, ["asyncio", "gather"]))
     assert flagged and reason.startswith("no confident match: 'asyncio' appear")
+
+
+def test_rare_words_are_those_wordfreq_puts_under_zipf_3() -> None:
+    from wordfreq import zipf_frequency
+
+    queries = Path(__file__).resolve().parents[2] / "bench" / "data" / "notes-queries.jsonl"
+    words = {
+        w.lower() for line in queries.read_text().splitlines() for w in re.findall(r"[a-z]+", line, re.I)
+    }
+    words |= {"laptop", "awake", "bookmark", "kubernetes", "terraform", "asyncio", "slimmed", "the"}
+    assert len(words) > 1000
+    for word in sorted(words):
+        assert rare(word) == (zipf_frequency(word, "en") < RARE_ZIPF), word
