@@ -570,6 +570,8 @@ class SearchPipeline:
     def _passage_cosines(self, query: Query, cosine: dict[int, float]) -> tuple[dict[int, float], int]:
         """Each candidate's cosine raised to its best passage's (:mod:`nbmemory.store.passages`),
         and how many candidates had passages."""
+        if passages.none_stored(self.db, self.embedder.fingerprint):
+            return cosine, 0  # reading the candidates' content hashes alone costs ~0.3 ms at 10k
         rows = fetch_rows(self.db, list(cosine), CandidateRow)
         hashes = {i: row.content_hash for i, row in rows.items()}
         best = passages.best(self.db, self.embedder.fingerprint, query.vector(), hashes)

@@ -238,6 +238,13 @@ def _held(db: Database, fingerprint: str) -> dict[str, np.ndarray] | None:
         return held if isinstance(held, dict) else None
 
 
+def none_stored(db: Database, fingerprint: str) -> bool:
+    """Whether this model has no passage at all (its copy in memory is read and empty), so a search
+    need not look up its candidates' content."""
+    held = _held(db, fingerprint)
+    return held is not None and not held
+
+
 def vectors_of(db: Database, fingerprint: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
     """Passage vectors by content hash (``(windows, dim)``, as stored); content without passages is
     absent. From the copy in memory, or from the table while that copy is being read."""

@@ -156,7 +156,14 @@ def test_passages_can_be_switched_off(
         assert report.chunks_added == 3 and report.passages_embedded == 0
         assert int(mem.db.scalar("SELECT count(*) FROM passages")) == 0
         assert mem.doctor().ok  # nothing is missing when they are off
-        assert mem.search("grafana admin password", log=False).hits
+        assert passages.none_stored(mem.db, fake_embedder.fingerprint)
+        result = mem.search("grafana admin password", log=False)
+        assert result.hits and result.trace.stage("convex").notes["with_passages"] == 0
+    monkeypatch.setenv("NBMEMORY_PASSAGES", "1")
+    with Memory(tmp_path / "m.duckdb", embedder=fake_embedder) as mem:
+        mem.doctor(repair=True)  # fills them, and the copy in memory with them
+        assert not passages.none_stored(mem.db, fake_embedder.fingerprint)
+        assert mem.search("grafana admin password", log=False).trace.stage("convex").notes["with_passages"]
 
 
 def test_passages_are_committed_batch_by_batch(
