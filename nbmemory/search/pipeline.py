@@ -571,7 +571,7 @@ class SearchPipeline:
         """Each candidate's cosine raised to its best passage's (:mod:`nbmemory.store.passages`),
         and how many candidates had passages."""
         if passages.none_stored(self.db, self.embedder.fingerprint):
-            return cosine, 0  # reading the candidates' content hashes alone costs ~0.3 ms at 10k
+            return cosine, 0  # reading the candidates' content hashes costs ~0.15 ms at 10k
         rows = fetch_rows(self.db, list(cosine), CandidateRow)
         hashes = {i: row.content_hash for i, row in rows.items()}
         best = passages.best(self.db, self.embedder.fingerprint, query.vector(), hashes)
