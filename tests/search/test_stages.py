@@ -175,6 +175,10 @@ def test_only_unseen_words_rare_in_english_count() -> None:
     assert not rare("laptop") and rare("Kubernetes") and rare("asyncio") and rare("INC-4821")
     assert missing.share() == pytest.approx(0.4) and missing.names() == ["Kubernetes", "slimmed"]
     assert unseen("anything", 0.0, 2.0, []).share() == 0.0
+    # Words outside ASCII are matched to their terms by prefix; a term without a word counts as
+    # rare (the stemmer changed it past recognition: it is no English word).
+    accented = unseen("Ñandú facts", 4.0, 2.0, ["ñandú", "xyzzi"])
+    assert accented.words == {"ñandú": ["Ñandú"], "xyzzi": []} and accented.names() == ["Ñandú", "xyzzi"]
     t = Thresholds("fp", {"high": 0.25, "medium": 0.4, "low": 0.55}, "test")
     common = unseen("keep my laptop awake", 4.0, 2.0, ["laptop", "awak"])
     assert common.words == {"laptop": ["laptop"], "awak": ["awake"]} and common.share() == 0.0
