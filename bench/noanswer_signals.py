@@ -11,7 +11,8 @@ at query time: the best cosine, the share of the query's IDF mass held by words 
 and the share the best keyword match holds (``coverage``). It then searches rules of
 the form "flag when best cosine < a and unseen >= u and coverage < b" for the one that flags the
 most dev misses over every memory with no dev false flag, and reports it, the shipped rule
-(cosine < 0.60, unseen words rare in English >= 0.35, any coverage), the rule before it (every
+(cosine < 0.60, unseen words rare in English >= 0.35 of the IDF mass and more of it than BM25's
+best match among its top 5 holds), the rule before it (every
 unseen word, nothing flagged below 1,000 items) and that rule without its floor, on the dev and test questions of every memory. Writes ``bench/results/noanswer-signals.json``.
 """
 
@@ -94,6 +95,8 @@ def signals(corpus: Path, embedder: CachedEmbedder) -> list[dict[str, Any]]:
                     "unseen_rare": missing.share(),
                     "unseen_words": {t: [(w, reject.rare(w)) for w in ws] for t, ws in missing.words.items()},
                     "coverage": coverage / evidence.mass if evidence.mass > 0 else 0.0,
+                    # What the pipeline compares the rare unseen share with: BM25's top 5 only.
+                    "covered": evidence.evidence,
                 }
             )
     return rows
@@ -103,10 +106,12 @@ def counts(
     rows: list[dict[str, Any]], a: float, u: float, b: float, floor: int = 0, rare: bool = False
 ) -> tuple[int, int, int, int]:
     """(misses flagged, misses, answerable flagged, answerable) under one rule: nothing flagged
-    below ``floor`` items; with ``rare``, only the unseen words rare in English count."""
+    below ``floor`` items; with ``rare``, only the unseen words rare in English count, and only
+    when they outweigh what the best keyword match holds (the shipped rule)."""
     flagged = [
         r["cosine"] < a
         and r["unseen_rare" if rare else "unseen"] >= u
+        and (not rare or r["unseen_rare"] > r["covered"])
         and r["coverage"] < b
         and r["items"] >= floor
         for r in rows
@@ -146,7 +151,11 @@ def main() -> int:
     shipped = (0.60, reject.UNSEEN_SHARE, 9.0)
     rules = {
         f"fitted on dev: cosine < {a:.2f}, unseen >= {u:.2f}, coverage < {b:.2f}": (a, u, b, 0, False),
-        "shipped: cosine < 0.60, unseen words rare in English >= 0.35": (*shipped, 0, True),
+        "shipped: cosine < 0.60, unseen words rare in English >= 0.35 and > the best match's share": (
+            *shipped,
+            0,
+            True,
+        ),
         "before: cosine < 0.60, unseen >= 0.35, nothing flagged below 1,000 items": (*shipped, 1000, False),
         "cosine < 0.60, unseen >= 0.35 (every word, any size)": (*shipped, 0, False),
     }

@@ -738,7 +738,7 @@ class SearchPipeline:
                 return False, ""
             top_sim = max(sims.values(), default=None)
             missing = reject_mod.unseen(query, evidence.mass, evidence.unseen_idf, evidence.missing_terms)
-            rejected, reason, numbers = thresholds.should_reject(top_sim, missing)
+            rejected, reason, numbers = thresholds.should_reject(top_sim, missing, evidence.evidence)
             stage.notes = {"rejected": rejected, "why": numbers}
         return rejected, reason
 

@@ -116,14 +116,19 @@ class Thresholds:
                 return name
         return "none"
 
-    def should_reject(self, top_vector_sim: float | None, missing: Unseen) -> tuple[bool, str, str]:
+    def should_reject(
+        self, top_vector_sim: float | None, missing: Unseen, covered: float = 0.0
+    ) -> tuple[bool, str, str]:
         """Flag "no confident answer" when neither retriever supports the best hit.
 
         The keyword side has *negative* evidence: query words rare in English that the memory has
         never seen carry at least :data:`UNSEEN_SHARE` of the query's IDF mass (a note answering
-        it would very likely use them). The vector side has no strong match: the best cosine is
-        below this model's ``medium`` tier. A query without such words has no keyword evidence
-        and is never flagged. Returns ``(flagged, reason in words, numbers)``.
+        it would very likely use them), and more of it than the best keyword match holds
+        (``covered``, a share of the same mass): "Ivermectin is used to treat lymphatic
+        filariasis" lacks "Ivermectin" but its best match holds the rarer "lymphatic
+        filariasis". The vector side has no strong match: the best cosine is below this model's
+        ``medium`` tier. A query without such words has no keyword evidence and is never
+        flagged. Returns ``(flagged, reason in words, numbers)``.
         """
         medium = self.tiers.get("medium")
         if medium is None:
@@ -134,10 +139,10 @@ class Thresholds:
         if not weak_vec:
             return False, "", numbers  # no need to read the word list (60 ms at its first use)
         share = missing.share()
-        unseen_enough = share >= UNSEEN_SHARE
+        unseen_enough = share >= UNSEEN_SHARE and share > covered
         numbers += (
-            f", unseen words rare in English {share:.0%} {'>=' if unseen_enough else '<'} "
-            f"{UNSEEN_SHARE:.0%} of the query's IDF mass"
+            f", unseen words rare in English {share:.0%} {'>=' if share >= UNSEEN_SHARE else '<'} "
+            f"{UNSEEN_SHARE:.0%} of the query's IDF mass, the best keyword match holds {covered:.0%}"
         )
         if not unseen_enough:
             return False, "", numbers

@@ -163,6 +163,9 @@ def test_tiers_and_the_no_answer_flag_need_both_signals_against() -> None:
     assert flagged and "'kubernetes' appear in no stored item" in reason and "0.450 < 0.600" in numbers
     assert t.should_reject(0.45, Unseen({"kubernet": ["kubernetes"]}, 0.2))[0] is False  # a small share
     assert t.should_reject(0.65, Unseen({"kubernet": ["kubernetes"]}, 0.9))[0] is False  # close in meaning
+    # The best keyword match holds more of the query than the missing words carry.
+    flagged, _, numbers = t.should_reject(0.45, kubernetes, covered=0.6)
+    assert not flagged and "the best keyword match holds 60%" in numbers
     assert t.should_reject(None, Unseen({}, 0.0))[0] is False  # no indexable words: no keyword evidence
     none = Thresholds("fp", {}, "test")
     assert none.should_reject(0.0, kubernetes) == (False, "", "no tiers for this model")
