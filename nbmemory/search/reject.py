@@ -146,10 +146,11 @@ class Thresholds:
         )
         if not unseen_enough:
             return False, "", numbers
-        words = ", ".join(repr(t) for t in missing.names()[:3])
+        names = missing.names()[:3]
+        words = ", ".join(repr(t) for t in names) or "key words of the query"
+        verb = "appears" if len(names) == 1 else "appear"
         reason = (
-            f"no confident match: {words or 'key words of the query'} appear in no stored item, "
-            "and nothing stored is close in meaning"
+            f"no confident match: {words} {verb} in no stored item, and nothing stored is close in meaning"
         )
         return True, reason, numbers
 

@@ -160,7 +160,7 @@ def test_tiers_and_the_no_answer_flag_need_both_signals_against() -> None:
     assert [t.tier(d) for d in (0.1, 0.3, 0.5, 0.7, None)] == ["high", "medium", "low", "none", "none"]
     kubernetes = Unseen({"kubernet": ["kubernetes"]}, 0.5)
     flagged, reason, numbers = t.should_reject(0.45, kubernetes)
-    assert flagged and "'kubernetes' appear in no stored item" in reason and "0.450 < 0.600" in numbers
+    assert flagged and "'kubernetes' appears in no stored item" in reason and "0.450 < 0.600" in numbers
     assert t.should_reject(0.45, Unseen({"kubernet": ["kubernetes"]}, 0.2))[0] is False  # a small share
     assert t.should_reject(0.65, Unseen({"kubernet": ["kubernetes"]}, 0.9))[0] is False  # close in meaning
     # The best keyword match holds more of the query than the missing words carry.
@@ -188,7 +188,7 @@ def test_only_unseen_words_rare_in_english_count() -> None:
     flagged, _, numbers = t.should_reject(0.3, common)
     assert not flagged and "unseen words rare in English 0% < 35%" in numbers
     flagged, reason, _ = t.should_reject(0.3, unseen("asyncio gather", 4.0, 2.0, ["asyncio", "gather"]))
-    assert flagged and reason.startswith("no confident match: 'asyncio' appear")
+    assert flagged and reason.startswith("no confident match: 'asyncio' appears in no stored item")
 
 
 def test_rare_words_are_those_wordfreq_puts_under_zipf_3() -> None:
