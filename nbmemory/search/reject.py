@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbmemory.store.fts import words_of_terms
+
 TIERS = ("high", "medium", "low")
 #: Share of a query's IDF mass held by words no stored item contains, from which the keyword side
 #: counts as evidence of no answer. Chosen on the notes dev split (13 questions without an answer,
@@ -81,7 +83,7 @@ class Unseen:
 
     def share(self) -> float:
         """Share of the query's IDF mass on the missing terms rare in English."""
-        return self.idf_share * len(self._rare()) if self.words else 0.0
+        return self.idf_share * len(self._rare())
 
     def names(self) -> list[str]:
         """The query's words behind the missing terms rare in English, as written."""
@@ -91,8 +93,6 @@ class Unseen:
 def unseen(query: str, mass: float, unseen_idf: float, missing_terms: list[str]) -> Unseen:
     """The words of ``query`` whose terms no item holds (``missing_terms`` are stems: ``kubernet``
     for "kubernetes"), and the share of the query's IDF ``mass`` one of them carries."""
-    from nbmemory.store.fts import words_of_terms
-
     if not missing_terms or mass <= 0:
         return Unseen({}, 0.0)
     return Unseen(words_of_terms(query, missing_terms), unseen_idf / mass)
