@@ -7,6 +7,7 @@ in a real kernel. Screenshots go to ``docs/screenshots/``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import time
@@ -103,6 +104,34 @@ def run_all(page: Any) -> None:
     except sync_api.TimeoutError:
         return
     select.click()
+
+
+def show_sidebar_after_reload(page: Any) -> None:
+    """Open the Memory sidebar on a reloaded page, answering Lab's kernel questions on the way.
+
+    The reload restores the open notebooks; ``deploy.ipynb`` was opened with no kernel, so Lab
+    may ask again which kernel it wants, at a moment that depends on the load. The question
+    covers the page and takes the click meant for the sidebar's tab: answer "No Kernel". Any
+    other dialog fails the test with its text.
+    """
+    button = page.locator(".jp-nbmemory-tune-button")
+    tab = page.locator('.lm-TabBar-tab[data-id="nbmemory-sidebar"]')
+    dialog = page.locator(".jp-Dialog")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if dialog.count():
+            no_kernel = dialog.locator("button", has_text="No Kernel")
+            assert no_kernel.count(), f"unexpected dialog after the reload: {dialog.first.inner_text()!r}"
+            no_kernel.first.click()
+            dialog.first.wait_for(state="detached")
+        elif button.is_visible():
+            return
+        else:
+            # A dialog that comes first takes the click; the next turn answers it.
+            with contextlib.suppress(sync_api.TimeoutError):
+                tab.click(timeout=5_000)
+        page.wait_for_timeout(200)
+    raise AssertionError("the Memory sidebar did not open after the reload")
 
 
 def line_on_screen(page: Any, line: int, text: str) -> None:
@@ -357,9 +386,8 @@ def test_tune_run_going_on_is_followed_again_after_a_page_reload(page: Any, lab:
     # The run keeps a core busy: the page may take a while to load, so its own timeouts are long.
     page.reload(wait_until="domcontentloaded", timeout=180_000)
     page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=180_000)
+    show_sidebar_after_reload(page)
     button = page.locator(".jp-nbmemory-tune-button")
-    if not button.is_visible():
-        page.locator('.lm-TabBar-tab[data-id="nbmemory-sidebar"]').click()
     status = page.locator(".jp-nbmemory-tune-status")
     # The new page asks the server, disables the button and follows the run with its line.
     sync_api.expect(status).to_have_text(
