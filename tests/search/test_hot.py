@@ -248,3 +248,22 @@ def test_partitions_of_a_large_memory_probed_in_full_rank_like_the_exact_scan(
         for query in QUESTIONS[:10]:
             got = mem.search(query, k=10, log=False, config=config)
             assert len(got.ids) == 10 and all(mem.get(i, touch=False) for i in got.ids)
+
+
+def test_exact_cosines_score_a_row_the_same_alone_or_among_others() -> None:
+    # Chunk cosines (the index's re-scoring) and passage cosines (passages.best) come from
+    # cosine64 over different batches: a passage equal to a chunk's text must tie with it.
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((300, 384)).astype(np.float32)
+    rows[150] = rows[20]
+    query = rng.standard_normal(384).astype(np.float32)
+    together = hot.cosine64(rows, query)
+    alone = np.array([hot.cosine64(rows[i : i + 1], query)[0] for i in range(len(rows))])
+    assert np.array_equal(together, alone)
+    assert together[150] == together[20]
+    assert np.allclose(
+        together, rows @ query / (np.linalg.norm(rows, axis=1) * np.linalg.norm(query)), atol=1e-6
+    )
+    assert hot.cosine64(np.zeros((2, 384), np.float32), query).tolist() == [0.0, 0.0]
