@@ -190,6 +190,25 @@ def test_reindex_after_editing_one_file_reembeds_only_its_changed_chunks(
         assert all(h.source != str(note) for h in mem.search("Note 2 section", k=20))
 
 
+def test_a_note_named_only_by_its_file_is_found_by_that_name(tmp_path: Path) -> None:
+    # An Obsidian-style vault: the file name is the note's title, the text never repeats it.
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "Kubernetes autoscaler.md").write_text("Scale pods on cpu: min 2, max 10, target 70 %.\n")
+    (vault / "pod-disruption-budget.md").write_text("Keep one replica up while nodes drain.\n")
+    for topic, text in TOPICS.items():
+        (vault / f"{topic}.md").write_text(text + "\n")
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
+        mem.index(vault)
+        bm25 = PipelineConfig(retrievers=("bm25",))
+        assert Path(mem.search("kubernetes autoscaler", k=3, config=bm25).hits[0].source).name == (
+            "Kubernetes autoscaler.md"
+        )
+        hit = mem.search("disruption budget", k=3, config=bm25).hits[0]
+        assert Path(hit.source).name == "pod-disruption-budget.md"
+        assert hit.heading == "pod disruption budget"
+
+
 def test_changed_model_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "m.duckdb"
     with Memory(path, embedder=FakeEmbedder(dim=32, tag="a")) as mem:

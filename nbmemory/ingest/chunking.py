@@ -15,7 +15,7 @@ from nbmemory.errors import BadFileError, ConfigError
 from nbmemory.ingest.code import chunk_code
 from nbmemory.ingest.docx import chunk_docx
 from nbmemory.ingest.html import chunk_html, declared_charset
-from nbmemory.ingest.markdown import chunk_markdown
+from nbmemory.ingest.markdown import chunk_markdown, title_of_file
 from nbmemory.ingest.notebook import chunk_notebook
 from nbmemory.ingest.pdf import chunk_pdf
 from nbmemory.ingest.text import chunk_plain
@@ -200,7 +200,7 @@ def chunk_text(path: str, text: str, kind: str, max_chars: int = MAX_CHARS) -> l
         text = text[1:]
     text = text.replace("\r\n", "\n")
     if kind == "markdown":
-        return chunk_markdown(text, max_chars)
+        return chunk_markdown(text, max_chars, file_title=title_of_file(path))
     if kind == "notebook":
         return chunk_notebook(path, text, max_chars)
     if kind == "code":

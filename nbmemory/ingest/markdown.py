@@ -10,6 +10,7 @@ headings stay in the text.
 
 from __future__ import annotations
 
+import os
 import re
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -285,7 +286,7 @@ def markdown_pieces(lines: Sequence[str], max_chars: int, scan: MarkdownScan | N
     return _region_pieces(lines, 0, len(lines), scan, starts, max_chars)
 
 
-def chunk_markdown(text: str, max_chars: int) -> list[ChunkDraft]:
+def chunk_markdown(text: str, max_chars: int, file_title: str | None = None) -> list[ChunkDraft]:
     """Chunk a markdown document by H2 (then H3) sections and paragraphs.
 
     Parameters
@@ -294,6 +295,10 @@ def chunk_markdown(text: str, max_chars: int) -> list[ChunkDraft]:
         Decoded markdown with ``\\n`` line ends.
     max_chars:
         Size cap of each chunk's text.
+    file_title:
+        The title a note without its own has (:func:`title_of_file`: Obsidian and similar tools
+        name a note by its file and never write the name into it): the root of every heading
+        path when there is neither a front matter ``title`` nor an H1.
 
     Returns
     -------
@@ -310,6 +315,8 @@ def chunk_markdown(text: str, max_chars: int) -> list[ChunkDraft]:
     body_start, title, tags = _front_matter(lines, norm)
     meta = {"tags": ",".join(tags)} if tags else {}
     scan = scan_markdown(lines, body_start, norm)
+    if title is None and file_title and not any(h.level == 1 for h in scan.headings):
+        title = file_title
     fence_starts = [lo for lo, _ in scan.fences]
     h3_lines = [h.row for h in scan.headings if h.level == 3]
     h3_by_line = {h.row: h for h in scan.headings if h.level == 3}
@@ -361,6 +368,16 @@ def chunk_markdown(text: str, max_chars: int) -> list[ChunkDraft]:
         lo = heading.row + heading.nlines
     section(_path(title, h1, h2), lo, len(lines))
     return chunks
+
+
+def title_of_file(path: str) -> str:
+    """A note's title from its file name: ``Weekly review.md`` -> ``Weekly review``,
+    ``skip-a-bad-commit.md`` -> ``skip a bad commit`` (a name of letters without spaces is taken
+    as words joined by ``-`` or ``_``); ``2024-05-01.md`` stays ``2024-05-01``."""
+    stem = os.path.splitext(os.path.basename(path))[0].strip()
+    if " " in stem or not re.search(r"[^\W\d_]", stem):
+        return stem
+    return " ".join(w for w in re.split(r"[-_]+", stem) if w)
 
 
 def _path(title: str | None, h1: str | None, h2: str | None) -> list[str]:

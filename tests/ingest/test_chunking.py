@@ -258,6 +258,22 @@ def test_markdown_title_equal_to_h1_is_not_repeated() -> None:
     assert chunk.heading == "Guide > Part"
 
 
+def test_a_note_without_a_title_of_its_own_is_titled_by_its_file_name() -> None:
+    # Obsidian and similar tools name a note by its file and never write the name into it.
+    body = "Some text.\n\n## Part\n\nMore.\n"
+    chunks = chunk_text("vault/Weekly review.md", body, "markdown")
+    assert [c.heading for c in chunks] == ["Weekly review", "Weekly review > Part"]
+    (chunk,) = chunk_text("til/git/skip-a-bad-commit_when-bisecting.md", "Use `git bisect skip`.", "markdown")
+    assert chunk.heading == "skip a bad commit when bisecting"
+    (chunk,) = chunk_text("daily/2024-05-01.md", "Standup notes.", "markdown")
+    assert chunk.heading == "2024-05-01"
+    # A title of its own wins: an H1 anywhere, or the front matter's.
+    chunks = chunk_text("notes/draft-1.md", "Lead-in.\n\n# Real title\n\nText.\n", "markdown")
+    assert [c.heading for c in chunks] == ["", "Real title"]
+    (chunk,) = chunk_text("notes/draft-2.md", "---\ntitle: Guide\n---\nText.\n", "markdown")
+    assert chunk.heading == "Guide"
+
+
 def test_markdown_leading_rule_without_yaml_is_not_front_matter() -> None:
     doc = "---\nThis is prose, not YAML.\n\n---\n\nMore prose.\n"
     text = " ".join(c.text for c in chunk_markdown(doc, MAX_CHARS))
