@@ -111,6 +111,7 @@ def cmd_eval_notes(args: argparse.Namespace) -> int:
         model=args.eval_model or args.model,
         device=args.device,
         k=args.k,
+        fetch_k=args.fetch_k,
         limit_queries=args.limit_queries,
         limit_files=args.limit_files,
         cache=not args.no_cache,
@@ -322,6 +323,12 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--split", choices=["dev", "test", "all"], default="dev", help="which queries to run (default dev)"
     )
     p.add_argument("-k", type=int, default=10, help="files kept per query (default 10)")
+    p.add_argument(
+        "--fetch-k",
+        type=int,
+        help="results asked of search per query (default 3 * k; k is what %%memsearch asks: grouped "
+        "results are one per file)",
+    )
     p.add_argument("--limit-queries", type=int, help="run only the first N queries of the split")
     p.add_argument(
         "--limit-files", type=int, help="index at most N files of the corpus (the target files first)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -71,6 +72,10 @@ class Query:
         return vec
 
 
+#: Item ids -> (their scores, the query terms each holds), for items a retriever ranked below its cut.
+ScoreOf = Callable[[list[int]], tuple[dict[int, float], dict[int, set[str]]]]
+
+
 @dataclass
 class Retrieved:
     """One retriever's answer to one query.
@@ -88,6 +93,9 @@ class Retrieved:
         The query terms looked up (a lexical retriever; empty otherwise).
     matched:
         Per returned item, which of ``terms`` it holds: the evidence adaptive fusion weighs.
+    score_of:
+        The retriever's score of items below its cut (those another retriever found), and the
+        terms each holds; ``None`` when it cannot tell.
     """
 
     ranked: list[tuple[int, float]]
@@ -95,6 +103,7 @@ class Retrieved:
     detail: dict[int, str] = field(default_factory=dict)
     terms: list[str] = field(default_factory=list)
     matched: dict[int, set[str]] = field(default_factory=dict)
+    score_of: ScoreOf | None = None
 
     @property
     def ids(self) -> list[int]:

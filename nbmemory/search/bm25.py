@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from nbmemory.search.base import Query, Retrieved
+from functools import partial
+
+from nbmemory.search.base import Query, Retrieved, ScoreOf
 from nbmemory.search.filters import Filters
 from nbmemory.store import fts, hot
 from nbmemory.store.db import Database
@@ -32,20 +34,33 @@ class BM25Retriever:
         terms = fts.query_terms(self.db, query.text)
         where, params = filters.sql()
         held: dict[int, set[str]] = {}
+        score_of: ScoreOf
         with self.db.lock:
             index = hot.serving(self.db)
             if index is not None:
                 allowed = None if filters.empty else index.allowed(self.db, where, params)
-                ranked, held = index.bm25(self.db, terms, depth, allowed)
+                ranked, held, every = index.bm25(self.db, terms, depth, allowed)
+                score_of = every.of
             else:
                 ranked = fts.search(self.db, terms, depth, where, params, matched=held)
+                score_of = partial(self._score_of, terms)
         return Retrieved(
             ranked,
             notes={"terms": terms, "index_rebuilt": rebuilt, "method": "memory" if index else "sql"},
             detail={i: "holds " + " ".join(sorted(held.get(i, ()))) for i, _ in ranked[:DETAIL_TOP]},
             terms=terms,
             matched=held,
+            score_of=score_of,
         )
+
+    def _score_of(self, terms: list[str], ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
+        """BM25 scores of given items (through SQL), and the query terms each holds."""
+        if not ids:
+            return {}, {}
+        held: dict[int, set[str]] = {}
+        with self.db.lock:
+            ranked = fts.search(self.db, terms, len(ids), "c.id IN (SELECT unnest(?::BIGINT[]))", [ids], held)
+        return dict(ranked), held
 
 
 def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], float]:

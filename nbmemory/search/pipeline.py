@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,6 +83,10 @@ class PipelineConfig:
         The vector side's weight in the convex combination. MiniLM's cosines of relevant notes
         spread over about a third of the range BM25's share of the query spans, so 0.8 gives
         both sides a similar say; an identifier the corpus holds moves it towards BM25.
+    fill_bm25:
+        In convex fusion, a candidate only the vector side found gets its BM25 score too (as one
+        only BM25 found gets its cosine). Off, such a candidate counts 0 on the keyword side
+        whatever words it holds, so the ranking depends on how deep BM25 was read (on ``k``).
     literal:
         In convex fusion, an identifier of the query (``NEXT_PUBLIC_``, ``INC-2307``) counts for
         a candidate only where it is written as such, when some candidate has it so; BM25 alone
@@ -130,6 +134,7 @@ class PipelineConfig:
     fusion: str = "convex"
     passages: bool = True
     vector_weight: float = 0.8
+    fill_bm25: bool = True
     literal: bool = True
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
@@ -495,9 +500,14 @@ class SearchPipeline:
             rescored = None
             if config.passages:
                 cosine, rescored = self._passage_cosines(query, cosine)
-            lexical = self._lexical(found["bm25"], evidence)
+            bm25, filled = found["bm25"], 0
+            if config.fill_bm25:
+                bm25, filled = self._fill_bm25(bm25, candidates)
+            lexical = self._lexical(bm25, evidence)
             fused = convex({"bm25": lexical, "vector": cosine}, weights)[:pool_size]
             stage.notes = {"weights": {n: round(w, 3) for n, w in weights.items()}, "why": why}
+            if filled:
+                stage.notes["bm25_filled"] = filled
             if rescored is not None:
                 stage.notes["with_passages"] = rescored
             if evidence is not None:
@@ -513,6 +523,18 @@ class SearchPipeline:
                 for doc in stage.output[:k]
             }
         return evidence, list(fused)
+
+    @staticmethod
+    def _fill_bm25(bm25: Retrieved, candidates: list[int]) -> tuple[Retrieved, int]:
+        """BM25's answer with the scores of the candidates it ranked below its cut (found by the
+        vector side) added after its own, and how many of them hold a query term."""
+        known = bm25.scores
+        below = [i for i in candidates if i not in known]
+        if not below or bm25.score_of is None:
+            return bm25, 0
+        scores, held = bm25.score_of(below)
+        ranked = bm25.ranked + [(i, scores[i]) for i in below if i in scores]
+        return replace(bm25, ranked=ranked, matched={**bm25.matched, **held}), len(scores)
 
     def _lexical(self, bm25: Retrieved, evidence: QueryEvidence | None) -> dict[int, float]:
         """The keyword side on the convex scale: the BM25 score as a share of the query's IDF mass,

@@ -51,6 +51,43 @@ class _Delta:
     df: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class BM25Scores:
+    """One query's BM25 score of every row of a :class:`HotIndex` (0 where a row holds no query
+    term or is not allowed), kept after the cut to the top so that fusion can read the score of
+    a candidate only the vector side found. It holds the index's arrays as they were when
+    scored: later writes, which replace those arrays, do not change it."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+    holds: np.ndarray
+    term_rows: dict[str, np.ndarray]
+
+    @classmethod
+    def empty(cls) -> BM25Scores:
+        return cls(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=bool), {})
+
+    def matched(self, rows: np.ndarray) -> dict[int, set[str]]:
+        """Chunk id -> the query terms it holds, for ``rows`` that hold any."""
+        matched: dict[int, set[str]] = {}
+        flags = np.zeros(len(self.ids), dtype=bool)
+        for term, held in self.term_rows.items():
+            flags[held] = True
+            for r in rows[flags[rows]]:
+                matched.setdefault(int(self.ids[r]), set()).add(term)
+            flags[held] = False
+        return matched
+
+    def of(self, chunk_ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
+        """The score of each of ``chunk_ids`` that holds a query term, and the terms it holds."""
+        if len(self.ids) == 0 or not chunk_ids:
+            return {}, {}
+        wanted = np.asarray(chunk_ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
+        rows = at[(self.ids[at] == wanted) & self.holds[at]]
+        return {int(self.ids[r]): float(self.scores[r]) for r in rows}, self.matched(rows)
+
+
 class HotIndex:
     """Arrays over every chunk (live or not), row ``r`` holding chunk ``ids[r]``; ids ascend.
 
@@ -267,13 +304,14 @@ class HotIndex:
 
     def bm25(
         self, db: Database, terms: list[str], limit: int, allowed: np.ndarray | None
-    ) -> tuple[list[tuple[int, float]], dict[int, set[str]]]:
-        """Top ``limit`` (chunk id, BM25 score), best first, ties by id; and the terms each holds.
+    ) -> tuple[list[tuple[int, float]], dict[int, set[str]], BM25Scores]:
+        """Top ``limit`` (chunk id, BM25 score), best first, ties by id; the terms each holds;
+        and every allowed chunk's score, for chunks another retriever found below the cut.
 
         The scores of :func:`nbmemory.store.fts.search`, computed from the arrays.
         """
         if not terms or not fts.index_exists(db) or self.n == 0:
-            return [], {}
+            return [], {}, BM25Scores.empty()
         n_idx, avgdl_idx, n_delta, len_delta = fts.corpus_stats(db)
         n = float(n_idx) + float(n_delta)
         avgdl = max((float(n_idx) * float(avgdl_idx) + float(len_delta)) / max(n, 1.0), 1.0)
@@ -307,14 +345,8 @@ class HotIndex:
         candidates = np.flatnonzero(holds)
         top = _top(candidates, scores[candidates], self.ids, limit)
         ranked = [(int(self.ids[r]), float(scores[r])) for r in top]
-        matched: dict[int, set[str]] = {}
-        flags = np.zeros(self.n, dtype=bool)
-        for term, rows in term_rows.items():
-            flags[rows] = True
-            for r in top[flags[top]]:
-                matched.setdefault(int(self.ids[r]), set()).add(term)
-            flags[rows] = False
-        return ranked, matched
+        every = BM25Scores(self.ids, scores, holds, term_rows)
+        return ranked, every.matched(top), every
 
     def idfs(self, db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], float]:
         """:func:`nbmemory.store.fts.idfs` from the arrays: ({term: (IDF, df)}, IDF of an unseen term)."""

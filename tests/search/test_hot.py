@@ -99,6 +99,36 @@ def test_rankings_equal_the_sql_path_on_real_notes_with_and_without_filters(note
             assert_same(ranked(notes, query, True, config), ranked(notes, query, False, config), query)
 
 
+def convex_scores(mem: Memory, query: str, served: bool, config: PipelineConfig) -> tuple[dict[int, float], int]:
+    """Every fused candidate's convex score, and how many candidates BM25 scored below its cut."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hot, "ENABLED", served)
+        # k past the store's size: the fused pool keeps every candidate.
+        stage = mem.search(query, k=5000, log=False, config=config).trace.stage("convex")
+    assert stage is not None
+    return dict(stage.scores), stage.notes.get("bm25_filled", 0)
+
+
+@pytest.mark.parametrize("served", [True, False], ids=["memory", "sql"])
+def test_a_candidate_only_the_vector_side_found_gets_its_bm25_share_whatever_the_depth(
+    notes: Memory, served: bool
+) -> None:
+    # Read 3 deep, BM25 leaves out notes that hold the query's words; the vector side brings
+    # some of them in. Each candidate's fused score must be the one it gets when BM25 is read
+    # to the end: the ranking does not depend on how deep it was read (on k).
+    filled = differs_without = 0
+    for query in QUESTIONS[:40]:
+        deep, _ = convex_scores(notes, query, served, PipelineConfig(group=False, depth=5000))
+        shallow, n = convex_scores(notes, query, served, PipelineConfig(group=False, depth=3))
+        filled += n
+        for item, score in shallow.items():
+            assert score == pytest.approx(deep[item], abs=1e-6), (query, item)
+        unfilled, _ = convex_scores(notes, query, served, PipelineConfig(group=False, depth=3, fill_bm25=False))
+        differs_without += any(abs(s - deep[i]) > 1e-6 for i, s in unfilled.items())
+    assert filled > 0
+    assert differs_without > 0  # what the fill changes: without it the scores depend on depth
+
+
 def test_writes_reach_the_index_without_a_rebuild(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
         mem.index(NOTES / "git")
