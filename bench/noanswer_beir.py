@@ -2,8 +2,10 @@
 
 Searches every judged test query of SciFact and NFCorpus in the harness's cached stores (build
 them first with ``nbmemory eval beir --data ...``) and counts the flagged ones under the shipped
-rule (missing words rare in English, more of the query than its best keyword match holds) and
-under the previous one (every missing word, whatever the best match holds),
+rule (missing words rare in English, more of the query than its best keyword match holds; or a
+best cosine below the memory's near-miss cosine with no keyword match holding half the query),
+under its rare-word part alone, and under the previous one (every missing word, whatever the
+best match holds),
 with the NDCG@10 (pytrec_eval) of the flagged queries against that of all of them: a flag on a
 query the search answers well is a false flag.
 
@@ -46,10 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", nargs="+", default=[str(DATA / "scifact"), str(DATA / "nfcorpus")])
     args = parser.parse_args(argv)
     embedder = SentenceTransformerEmbedder()
-    shipped, decide = reject.rare, reject.Thresholds.should_reject
+    shipped, decide, far = reject.rare, reject.Thresholds.should_reject, reject.far_from_everything
 
     def previous(self: Any, top: float | None, missing: Any, covered: float = 0.0) -> tuple[bool, str, str]:
         return decide(self, top, missing)  # what the best match holds did not count
+
+    def never(best: float, near: float, covered: float) -> tuple[bool, str, str]:
+        return False, "", ""
+
+    # Rule -> (which missing words count, the rare-word rule, the near-miss rule).
+    rules: dict[str, tuple[Any, Any, Any]] = {
+        "shipped": (shipped, decide, far),
+        "rare words alone": (shipped, decide, never),
+        "previous": (lambda word: True, previous, never),
+    }
 
     for folder in args.data:
         dataset = beir.load(folder)
@@ -61,21 +73,20 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         run: dict[str, dict[str, float]] = {}
-        flagged: dict[str, set[str]] = {"shipped": set(), "previous": set()}
+        flagged: dict[str, set[str]] = {rule: set() for rule in rules}
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / "store.duckdb"
             shutil.copy(stores[-1], copy)  # searches write their log: leave the cache as it was
             with Memory(copy, embedder=embedder, namespace=_NAMESPACE) as mem:
                 for qid, text in dataset.queries.items():
                     for rule in flagged:
-                        reject.rare = shipped if rule == "shipped" else (lambda word: True)
-                        reject.Thresholds.should_reject = decide if rule == "shipped" else previous
+                        reject.rare, reject.Thresholds.should_reject, reject.far_from_everything = rules[rule]
                         result = mem.search(text, k=10, log=False)
                         if result.rejected:
                             flagged[rule].add(qid)
                         if rule == "shipped":
                             run[qid] = {str(h.source): 1.0 / (i + 1) for i, h in enumerate(result.hits)}
-            reject.rare, reject.Thresholds.should_reject = shipped, decide
+            reject.rare, reject.Thresholds.should_reject, reject.far_from_everything = rules["shipped"]
         per = {
             q: v["ndcg_cut_10"]
             for q, v in pytrec_eval.RelevanceEvaluator(dataset.qrels, {"ndcg_cut.10"}).evaluate(run).items()

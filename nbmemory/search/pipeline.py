@@ -16,7 +16,7 @@ import numpy as np
 
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
-from nbmemory.search import adaptive, decay
+from nbmemory.search import adaptive, decay, nearmiss
 from nbmemory.search import dedup as dedup_mod
 from nbmemory.search import mmr as mmr_mod
 from nbmemory.search import reject as reject_mod
@@ -510,6 +510,9 @@ class SearchPipeline:
                 stage.notes["bm25_filled"] = filled
             if rescored is not None:
                 stage.notes["with_passages"] = rescored
+            if cosine:
+                # What the no-answer flag compares with the memory's near-miss cosine.
+                stage.notes["best_cosine"] = round(max(cosine.values()), 4)
             if evidence is not None:
                 stage.notes.update(evidence=round(evidence.evidence, 3), mass=round(evidence.mass, 3))
             stage.output = [i for i, _ in fused]
@@ -761,6 +764,21 @@ class SearchPipeline:
             top_sim = max(sims.values(), default=None)
             missing = reject_mod.unseen(query, evidence.mass, evidence.unseen_idf, evidence.missing_terms)
             rejected, reason, numbers = thresholds.should_reject(top_sim, missing, evidence.evidence)
+            fusion = trace.stage("convex")
+            best = fusion.notes.get("best_cosine") if fusion is not None else None
+            if (
+                not rejected
+                and best is not None
+                and evidence.mass > 0
+                and evidence.evidence < reject_mod.KEYWORD_HALF
+            ):
+                # Only then is the memory's near-miss cosine read (measured once per memory state).
+                near = nearmiss.near_miss(self.db, self.embedder)
+                if near is not None:
+                    rejected, reason, more = reject_mod.far_from_everything(
+                        best, near.cosine, evidence.evidence
+                    )
+                    numbers += f"; {more}"
             stage.notes = {"rejected": rejected, "why": numbers}
         return rejected, reason
 

@@ -31,6 +31,9 @@ UNSEEN_SHARE = 0.35
 #: itself. Counting every word flagged 3 of 65 answerable held-out questions in a 900-note memory;
 #: counting rare words only, none in memories of 300 to 1,871 notes (README "No answer").
 RARE_ZIPF = 3.0
+#: The best keyword match holds under this share of the query's IDF mass: wording the notes do not
+#: use (the boundary at which adaptive fusion leans to the vector side, :mod:`~nbmemory.search.adaptive`).
+KEYWORD_HALF = 0.5
 
 
 def rare(word: str) -> bool:
@@ -153,6 +156,27 @@ class Thresholds:
             f"no confident match: {words} {verb} in no stored item, and nothing stored is close in meaning"
         )
         return True, reason, numbers
+
+
+def far_from_everything(best_cosine: float, near_miss: float, covered: float) -> tuple[bool, str, str]:
+    """Flag "no confident answer" when the best match is weak on both sides, measured against
+    this memory: the best cosine (passages included) is below the memory's near-miss cosine
+    (:mod:`nbmemory.search.nearmiss`: what 95 % of its own titles find in other notes), and the
+    best keyword match holds under :data:`KEYWORD_HALF` of the query's IDF mass (``covered``).
+    Returns ``(flagged, reason in words, numbers)``."""
+    far = best_cosine < near_miss
+    weak_words = covered < KEYWORD_HALF
+    numbers = (
+        f"best cosine with passages {best_cosine:.3f} {'<' if far else '>='} {near_miss:.3f} "
+        f"(this memory's near-miss cosine), the best keyword match holds {covered:.0%}"
+    )
+    if not (far and weak_words):
+        return False, "", numbers
+    reason = (
+        "no confident match: nothing stored is as close to the question as this memory's notes "
+        f"are to each other, and no item holds half of its words (best keyword match {covered:.0%})"
+    )
+    return True, reason, numbers
 
 
 def thresholds_path(fingerprint: str) -> Path:

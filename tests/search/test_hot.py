@@ -99,7 +99,9 @@ def test_rankings_equal_the_sql_path_on_real_notes_with_and_without_filters(note
             assert_same(ranked(notes, query, True, config), ranked(notes, query, False, config), query)
 
 
-def convex_scores(mem: Memory, query: str, served: bool, config: PipelineConfig) -> tuple[dict[int, float], int]:
+def convex_scores(
+    mem: Memory, query: str, served: bool, config: PipelineConfig
+) -> tuple[dict[int, float], int]:
     """Every fused candidate's convex score, and how many candidates BM25 scored below its cut."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(hot, "ENABLED", served)
@@ -123,7 +125,9 @@ def test_a_candidate_only_the_vector_side_found_gets_its_bm25_share_whatever_the
         filled += n
         for item, score in shallow.items():
             assert score == pytest.approx(deep[item], abs=1e-6), (query, item)
-        unfilled, _ = convex_scores(notes, query, served, PipelineConfig(group=False, depth=3, fill_bm25=False))
+        unfilled, _ = convex_scores(
+            notes, query, served, PipelineConfig(group=False, depth=3, fill_bm25=False)
+        )
         differs_without += any(abs(s - deep[i]) > 1e-6 for i, s in unfilled.items())
     assert filled > 0
     assert differs_without > 0  # what the fill changes: without it the scores depend on depth

@@ -1,0 +1,136 @@
+"""How close a memory's own notes come to each other: the cosine a question without an answer
+in this memory can be expected to reach.
+
+A fixed cosine cannot say "nothing here answers this": the best cosine a question finds grows
+with the memory's size and with how closely its notes cluster (a question on a topic the memory
+covers around, but not on, finds a neighbour at 0.45 in one memory and at 0.30 in another). So
+the memory measures itself. For a sample of its sources, the source's title (its first heading,
+else its first line) is asked of the memory as a query, and the best cosine among the *other*
+sources' chunks and passages is kept: what a short question on that topic finds when the note
+that answers it is absent. :data:`QUANTILE` of those is the memory's near-miss cosine; a query
+whose best cosine falls below it is further from everything stored than nearly every note of
+this memory is from its nearest neighbour.
+
+The value is kept in the file's ``meta`` table per model and recomputed when the number of live
+chunks has moved by more than :data:`STALE_SHARE` since: about a second of query embeddings for
+the sample (200 on a 2-core CPU), paid at the first search that reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from nbmemory.embed.base import Embedder
+from nbmemory.store import passages, vectors
+from nbmemory.store.db import Database
+
+#: Sources asked of the memory (a deterministic sample, by a hash of their names).
+SAMPLE = 200
+#: Below this many sources the sample says too little about the memory: no value.
+MIN_SOURCES = 50
+#: The share of the sample's best cosines the near-miss cosine is at: 5 %, so a query below it is
+#: further from everything stored than 95 % of the memory's own titles are from another note.
+QUANTILE = 0.05
+#: Chunks of the sample's nearest neighbours read per title (its own source's are left out).
+DEPTH = 20
+#: A kept value is recomputed once the number of live chunks moved by more than this share.
+STALE_SHARE = 0.1
+_TITLE_CHARS = 120
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A memory's near-miss cosine: ``cosine``, the ``quantile`` of the best cosines ``sampled``
+    titles found, over ``chunks`` live chunks."""
+
+    cosine: float
+    sampled: int
+    chunks: int
+    quantile: float = QUANTILE
+
+
+def _key(fingerprint: str) -> str:
+    return f"near_miss:{fingerprint}"
+
+
+def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
+    """The memory's near-miss cosine for ``embedder``'s vectors; None for a memory of fewer than
+    :data:`MIN_SOURCES` sources."""
+    chunks = int(db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+    key = _key(embedder.fingerprint)
+    cached = db.cache.get(key)
+    kept = cached if isinstance(cached, NearMiss) else _stored(db, key)
+    fresh = kept is not None and abs(kept.chunks - chunks) <= STALE_SHARE * max(kept.chunks, 1)
+    if kept is not None and fresh and kept.quantile == QUANTILE:
+        db.cache[key] = kept
+        return kept
+    value = _measure(db, embedder, chunks)
+    if value is not None:
+        db.cache[key] = value
+        if not db.read_only:
+            with db.lock:
+                db.set_meta(key, json.dumps(value.__dict__))
+    return value
+
+
+def _stored(db: Database, key: str) -> NearMiss | None:
+    raw = db.get_meta(key)
+    if raw is None:
+        return None
+    try:
+        return NearMiss(**json.loads(raw))
+    except (TypeError, ValueError):
+        return None  # written by another version: measured again
+
+
+def _titles(db: Database) -> dict[str, str]:
+    """Source -> its title (first heading, else first line of its first chunk), for every source
+    of live chunks; an item without a source is its own."""
+    rows = db.fetchall(
+        """
+        SELECT src, arg_min(heading, ordinal), arg_min(text, ordinal) FROM (
+            SELECT coalesce(source, '#' || id::VARCHAR) AS src, heading, text, ordinal
+            FROM chunks WHERE deleted_at IS NULL
+        ) GROUP BY src
+        """
+    )
+    titles = {}
+    for source, heading, text in rows:
+        title = (heading or "").split(" > ")[0].strip() or next(
+            (line.strip() for line in (text or "").splitlines() if line.strip()), ""
+        )
+        if title:
+            titles[source] = title[:_TITLE_CHARS]
+    return titles
+
+
+def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
+    titles = _titles(db)
+    if len(titles) < MIN_SOURCES:
+        return None
+    sample = sorted(titles, key=lambda s: hashlib.blake2b(s.encode(), digest_size=8).digest())[:SAMPLE]
+    with_passages = not passages.none_stored(db, embedder.fingerprint)
+    best = []
+    for source in sample:
+        qvec = embedder.embed_query(titles[source])
+        found, _ = vectors.search(db, qvec, DEPTH, embedder.dim)
+        ids = [i for i, _ in found]
+        rows = db.fetchall(
+            "SELECT id, coalesce(source, '#' || id::VARCHAR), content_hash FROM chunks "
+            "WHERE id IN (SELECT unnest(?::BIGINT[]))",
+            [ids],
+        )
+        other = {int(i): h for i, src, h in rows if src != source}
+        cos = {i: 1.0 - d for i, d in found if i in other}
+        if with_passages and other:
+            for i, c in passages.best(db, embedder.fingerprint, qvec, other).items():
+                cos[i] = max(cos[i], c)
+        if cos:
+            best.append(max(cos.values()))
+    if len(best) < MIN_SOURCES:
+        return None
+    return NearMiss(float(np.quantile(best, QUANTILE)), len(best), chunks, QUANTILE)

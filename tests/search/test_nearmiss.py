@@ -1,0 +1,72 @@
+"""The memory's near-miss cosine (:mod:`nbmemory.search.nearmiss`) and the no-answer rule that
+reads it (:func:`nbmemory.search.reject.far_from_everything`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nbmemory import Memory
+from nbmemory.embed import FakeEmbedder
+from nbmemory.search import nearmiss
+from nbmemory.search.reject import KEYWORD_HALF, far_from_everything
+
+TOPICS = [
+    f"{a} {b}"
+    for a in ("rust", "jazz", "tomato", "glacier", "violin", "tax", "kayak", "opal")
+    for b in ("basics", "history", "pitfalls", "recipes", "tools", "tricks", "myths", "sizes")
+]
+
+
+def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_half() -> None:
+    flagged, reason, numbers = far_from_everything(0.30, 0.38, 0.2)
+    assert flagged and reason.startswith("no confident match") and "0.380" in numbers
+    assert not far_from_everything(0.40, 0.38, 0.2)[0]  # something is as close as notes are to each other
+    assert not far_from_everything(0.30, 0.38, KEYWORD_HALF)[0]  # a keyword match holds half its words
+    assert not far_from_everything(0.38, 0.38, 0.0)[0]  # at the near-miss cosine itself: not below it
+
+
+def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        mem.remember_many([f"notes on {t}" for t in TOPICS[: nearmiss.MIN_SOURCES - 1]])
+        assert nearmiss.near_miss(mem.db, mem.embedder) is None
+
+
+def test_the_near_miss_cosine_is_kept_in_the_file_and_measured_again_after_growth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.duckdb"
+    with Memory(path, embedder=FakeEmbedder(dim=64)) as mem:
+        mem.remember_many([f"# {t}\nnotes on {t}, written down" for t in TOPICS[:60]])
+        first = nearmiss.near_miss(mem.db, mem.embedder)
+        assert first is not None and first.sampled == 60 and first.chunks == 60
+        assert -1.0 <= first.cosine <= 1.0
+    calls: list[int] = []
+    real = nearmiss._measure
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(nearmiss, "_measure", counted)
+    with Memory(path, embedder=FakeEmbedder(dim=64)) as mem:
+        stored = json.loads(mem.db.get_meta(f"near_miss:{mem.embedder.fingerprint}") or "{}")
+        assert stored["cosine"] == pytest.approx(first.cosine)
+        assert nearmiss.near_miss(mem.db, mem.embedder) == first and not calls  # read, not measured
+        mem.remember_many([f"# {t}\nmore on {t}" for t in TOPICS[60:63]])  # 5 % more: still valid
+        assert nearmiss.near_miss(mem.db, mem.embedder) == first and not calls
+        mem.remember(f"# {TOPICS[63]}\nmore on it")
+        mem.remember_many([f"another note on {t}" for t in TOPICS[:4]])  # now 13 % more
+        again = nearmiss.near_miss(mem.db, mem.embedder)
+        assert calls == [1] and again is not None and again.chunks == 68
+
+
+def test_a_title_does_not_find_its_own_source(tmp_path: Path) -> None:
+    # Each note is its title and nothing else: were a title to find its own note, every best
+    # cosine would be 1.0.
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        mem.remember_many(list(TOPICS))
+        near = nearmiss.near_miss(mem.db, mem.embedder)
+        assert near is not None and near.cosine < 0.99
