@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nbmemory.embed.base import Embedder
-from nbmemory.store import passages, vectors
+from nbmemory.store import hot, passages, vectors
 from nbmemory.store.db import Database
 
 #: Sources asked of the memory (a deterministic sample, by a hash of their names).
@@ -60,7 +60,7 @@ def _key(fingerprint: str) -> str:
 def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
     """The memory's near-miss cosine for ``embedder``'s vectors; None for a memory of fewer than
     :data:`MIN_SOURCES` sources."""
-    chunks = int(db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+    chunks = _live_chunks(db)
     key = _key(embedder.fingerprint)
     cached = db.cache.get(key)
     kept = cached if isinstance(cached, NearMiss) else _stored(db, key)
@@ -75,6 +75,15 @@ def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
             with db.lock:
                 db.set_meta(key, json.dumps(value.__dict__))
     return value
+
+
+def _live_chunks(db: Database) -> int:
+    # From the memory-resident index when it serves (microseconds), else SQL (~0.3 ms at 2k).
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            return int(index.live.sum())
+    return int(db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
 
 
 def _stored(db: Database, key: str) -> NearMiss | None:
