@@ -29,6 +29,7 @@ from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
 from nbmemory.model_use import ModelUse
 from nbmemory.progress import stderr_bar
+from nbmemory.search import nearmiss, reject
 from nbmemory.search.pipeline import MAX_K, PipelineConfig, SearchPipeline, SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, passages, reembed, request_keys, vectors
@@ -186,6 +187,9 @@ class Memory:
             )
             report = indexer.run(paths, namespace or self.settings.namespace)
         self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
+        if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
+            # Measured here (about a second) rather than by the first search without a clear answer.
+            nearmiss.near_miss(self.db, embedder)
         return report
 
     def _after_bulk_write(self, written: int, deleted: int) -> None:

@@ -86,6 +86,8 @@ def test_no_answer_questions_are_flagged_and_answerable_ones_are_not(notes_memor
 def test_questions_far_from_every_note_are_flagged_against_this_memorys_own_near_miss_cosine(
     notes_memory: Memory,
 ) -> None:
+    # Indexing measured it, so no search pays for it.
+    assert notes_memory.db.get_meta(f"near_miss:{notes_memory.embedder.fingerprint}") is not None
     for query in NEAR_MISS:
         result = notes_memory.search(query, k=5, log=False)
         assert result.rejected, (query, result.trace.stage("reject"))
