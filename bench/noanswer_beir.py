@@ -96,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{dataset.name}: {len(dataset.queries)} judged queries, NDCG@10 {_mean(per, dataset.queries):.3f}"
         )
         for rule, qids in flagged.items():
-            print(f"  {rule}: {len(qids)} flagged, their NDCG@10 {_mean(per, qids):.3f}")
+            good = sum(per.get(q, 0.0) >= 0.5 for q in qids)
+            print(
+                f"  {rule}: {len(qids)} flagged, their NDCG@10 {_mean(per, qids):.3f}, {good} of them at >= 0.5"
+            )
     return 0
 
 

@@ -4,16 +4,18 @@ in this memory can be expected to reach.
 A fixed cosine cannot say "nothing here answers this": the best cosine a question finds grows
 with the memory's size and with how closely its notes cluster (a question on a topic the memory
 covers around, but not on, finds a neighbour at 0.45 in one memory and at 0.30 in another). So
-the memory measures itself. For a sample of its sources, the source's title (its first heading,
-else its first line) is asked of the memory as a query, and the best cosine among the *other*
-sources' chunks and passages is kept: what a short question on that topic finds when the note
-that answers it is absent. :data:`QUANTILE` of those is the memory's near-miss cosine; a query
-whose best cosine falls below it is further from everything stored than nearly every note of
-this memory is from its nearest neighbour.
+the memory measures itself. For a sample of its sources (fixed by a hash of their titles and file
+names), the source's title (its first heading; sources without one are left out) is asked of
+the memory as a query, and the best cosine among the *other* sources' chunks and passages is
+kept, leaving out sources closer to the note's own text than its title is (copies of it): what a
+short question on that topic finds when the note that answers it is absent. :data:`QUANTILE` of those
+is the memory's near-miss cosine; a query whose best cosine falls below it is further from
+everything stored than nearly every note of this memory is from its nearest neighbour.
 
-The value is kept in the file's ``meta`` table per model and recomputed when the number of live
-chunks has moved by more than :data:`STALE_SHARE` since: about a second of query embeddings for
-the sample (200 on a 2-core CPU), paid at the first search that reads it.
+The value is kept in the file's ``meta`` table per model. ``Memory.index`` measures it when it
+changed something, and a search measures it again once the number of live chunks has moved by
+more than :data:`STALE_SHARE`: :data:`SAMPLE` query embeddings and vector searches, about two
+seconds on a 2-core CPU.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from nbmemory.store import hot, passages, vectors
 from nbmemory.store.db import Database
 
 #: Sources asked of the memory (a deterministic sample, by a hash of their names).
-SAMPLE = 200
+SAMPLE = 400
 #: Below this many sources the sample says too little about the memory: no value.
 MIN_SOURCES = 50
 #: The share of the sample's best cosines the near-miss cosine is at: 5 %, so a query below it is
@@ -40,6 +42,8 @@ DEPTH = 20
 #: A kept value is recomputed once the number of live chunks moved by more than this share.
 STALE_SHARE = 0.1
 _TITLE_CHARS = 120
+#: How the value is measured; a value kept by another method is measured again.
+METHOD = 4
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class NearMiss:
     sampled: int
     chunks: int
     quantile: float = QUANTILE
+    method: int = METHOD
 
 
 def _key(fingerprint: str) -> str:
@@ -65,7 +70,7 @@ def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
     cached = db.cache.get(key)
     kept = cached if isinstance(cached, NearMiss) else _stored(db, key)
     fresh = kept is not None and abs(kept.chunks - chunks) <= STALE_SHARE * max(kept.chunks, 1)
-    if kept is not None and fresh and kept.quantile == QUANTILE:
+    if kept is not None and fresh and (kept.quantile, kept.method) == (QUANTILE, METHOD):
         db.cache[key] = kept
         return kept
     value = _measure(db, embedder, chunks)
@@ -91,49 +96,66 @@ def _stored(db: Database, key: str) -> NearMiss | None:
     if raw is None:
         return None
     try:
-        return NearMiss(**json.loads(raw))
+        data = json.loads(raw)
+        kept = NearMiss(**data)
     except (TypeError, ValueError):
         return None  # written by another version: measured again
+    return kept if {"quantile", "method"} <= set(data) else None
 
 
-def _titles(db: Database) -> dict[str, str]:
-    """Source -> its title (first heading, else first line of its first chunk), for every source
-    of live chunks; an item without a source is its own."""
+def _titles(db: Database) -> dict[str, tuple[str, int]]:
+    """Source -> (its title, its first chunk), for every source of live chunks whose first chunk
+    has a heading (a markdown note's H1 or file name, a notebook's or document's first heading).
+    Items remembered without one are left out: their first line is most of their text, and the
+    same fact remembered several ways would read as a neighbour of every title."""
     rows = db.fetchall(
         """
-        SELECT src, arg_min(heading, ordinal), arg_min(text, ordinal) FROM (
-            SELECT coalesce(source, '#' || id::VARCHAR) AS src, heading, text, ordinal
-            FROM chunks WHERE deleted_at IS NULL
-        ) GROUP BY src
+        SELECT source, arg_min(heading, ordinal), arg_min(id, ordinal) FROM chunks
+        WHERE deleted_at IS NULL AND source IS NOT NULL GROUP BY source
         """
     )
     titles = {}
-    for source, heading, text in rows:
-        title = (heading or "").split(" > ")[0].strip() or next(
-            (line.strip() for line in (text or "").splitlines() if line.strip()), ""
-        )
+    for source, heading, first in rows:
+        title = (heading or "").split(" > ")[0].strip()
         if title:
-            titles[source] = title[:_TITLE_CHARS]
+            titles[source] = (title[:_TITLE_CHARS], int(first))
     return titles
+
+
+def _unit(vec: np.ndarray) -> np.ndarray:
+    return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
 
 def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
     titles = _titles(db)
     if len(titles) < MIN_SOURCES:
         return None
-    sample = sorted(titles, key=lambda s: hashlib.blake2b(s.encode(), digest_size=8).digest())[:SAMPLE]
+
+    # By a hash of what the sources hold, not where they lie: the same notes in another folder
+    # give the same sample.
+    def order(source: str) -> bytes:
+        key = f"{titles[source][0]}\0{source.rsplit('/', 1)[-1]}"
+        return hashlib.blake2b(key.encode(), digest_size=8).digest()
+
+    sample = sorted(titles, key=order)[:SAMPLE]
     with_passages = not passages.none_stored(db, embedder.fingerprint)
     best = []
     for source in sample:
-        qvec = embedder.embed_query(titles[source])
+        title, first = titles[source]
+        qvec = _unit(np.asarray(embedder.embed_query(title), dtype=np.float32))
         found, _ = vectors.search(db, qvec, DEPTH, embedder.dim)
         ids = [i for i, _ in found]
         rows = db.fetchall(
-            "SELECT id, coalesce(source, '#' || id::VARCHAR), content_hash FROM chunks "
-            "WHERE id IN (SELECT unnest(?::BIGINT[]))",
-            [ids],
+            "SELECT id, source, content_hash FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids]
         )
-        other = {int(i): h for i, src, h in rows if src != source}
+        vecs = hot.vectors_of(db, [*ids, first])
+        if first not in vecs:
+            continue
+        own = _unit(vecs[first])
+        # A note closer to this one's text than its own title is holds the same thing (a copy,
+        # the same fact written again): its answer is not absent, so it does not count.
+        copies = {src for i, src, _ in rows if i in vecs and float(_unit(vecs[i]) @ own) >= float(qvec @ own)}
+        other = {int(i): h for i, src, h in rows if src != source and src not in copies}
         cos = {i: 1.0 - d for i, d in found if i in other}
         if with_passages and other:
             for i, c in passages.best(db, embedder.fingerprint, qvec, other).items():
@@ -142,4 +164,4 @@ def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
             best.append(max(cos.values()))
     if len(best) < MIN_SOURCES:
         return None
-    return NearMiss(float(np.quantile(best, QUANTILE)), len(best), chunks, QUANTILE)
+    return NearMiss(float(np.quantile(best, QUANTILE)), len(best), chunks, QUANTILE, METHOD)

@@ -441,7 +441,7 @@ class SearchPipeline:
         order = order[:k]
         rejected, reason = False, ""
         if config.reject and evidence is not None and "vector" in found:
-            rejected, reason = self._reject(text, order, found["vector"].scores, evidence, trace)
+            rejected, reason = self._reject(text, order, found, evidence, trace)
         hits = self._hydrate_step(text, order, found, pool, trace)
         for hit in hits:
             hit.more = more.get(hit.id, [])
@@ -752,7 +752,7 @@ class SearchPipeline:
         return out
 
     def _reject(
-        self, query: str, order: Ranked, sims: dict[int, float], evidence: QueryEvidence, trace: Trace
+        self, query: str, order: Ranked, found: dict[str, Retrieved], evidence: QueryEvidence, trace: Trace
     ) -> tuple[bool, str]:
         """The no-answer flag: hits are kept (an interactive search never shows an empty screen)."""
         with trace.step("reject", compare=True) as stage:
@@ -761,26 +761,32 @@ class SearchPipeline:
             if thresholds is None:
                 stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
                 return False, ""
-            top_sim = max(sims.values(), default=None)
+            top_sim = max(found["vector"].scores.values(), default=None)
             missing = reject_mod.unseen(query, evidence.mass, evidence.unseen_idf, evidence.missing_terms)
             rejected, reason, numbers = thresholds.should_reject(top_sim, missing, evidence.evidence)
             fusion = trace.stage("convex")
             best = fusion.notes.get("best_cosine") if fusion is not None else None
-            if (
-                not rejected
-                and best is not None
-                and evidence.mass > 0
-                and evidence.evidence < reject_mod.KEYWORD_HALF
-            ):
+            weak_words = evidence.mass > 0 and evidence.evidence < reject_mod.KEYWORD_HALF
+            if not rejected and best is not None and weak_words:
+                # Two retrievers that pick the same source on their own are evidence it answers.
+                if self._first_sources_agree(found):
+                    numbers += "; BM25 and the vector side put the same source first"
                 # Only then is the memory's near-miss cosine read (measured once per memory state).
-                near = nearmiss.near_miss(self.db, self.embedder)
-                if near is not None:
+                elif (near := nearmiss.near_miss(self.db, self.embedder)) is not None:
                     rejected, reason, more = reject_mod.far_from_everything(
                         best, near.cosine, evidence.evidence
                     )
                     numbers += f"; {more}"
             stage.notes = {"rejected": rejected, "why": numbers}
         return rejected, reason
+
+    def _first_sources_agree(self, found: dict[str, Retrieved]) -> bool:
+        firsts = [got.ids[0] for got in found.values() if got.ids]
+        if len(firsts) < 2:
+            return False
+        rows = fetch_rows(self.db, firsts, HitRow)
+        sources = {rows[i].source if i in rows and rows[i].source else i for i in firsts}
+        return len(sources) == 1
 
     def _group(self, order: Ranked, pool: _Pool, k: int, trace: Trace) -> tuple[Ranked, dict[int, list[int]]]:
         """One result per source: its best chunk leads, the others ride along in ``Hit.more``."""

@@ -20,6 +20,13 @@ TOPICS = [
 ]
 
 
+def remember_notes(mem: Memory, topics: list[str], text: str = "notes on {}, written down") -> None:
+    """One titled note per topic, as indexing a folder of markdown notes stores them."""
+    mem.remember_many(
+        [text.format(t) for t in topics], sources=[f"notes/{t}.md" for t in topics], headings=list(topics)
+    )
+
+
 def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_half() -> None:
     flagged, reason, numbers = far_from_everything(0.30, 0.38, 0.2)
     assert flagged and reason.startswith("no confident match") and "0.380" in numbers
@@ -30,7 +37,10 @@ def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_h
 
 def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
-        mem.remember_many([f"notes on {t}" for t in TOPICS[: nearmiss.MIN_SOURCES - 1]])
+        remember_notes(mem, TOPICS[: nearmiss.MIN_SOURCES - 1])
+        assert nearmiss.near_miss(mem.db, mem.embedder) is None
+        # Items remembered without a title do not count: their first line is most of their text.
+        mem.remember_many([f"untitled thought about {t}" for t in TOPICS])
         assert nearmiss.near_miss(mem.db, mem.embedder) is None
 
 
@@ -39,9 +49,9 @@ def test_the_near_miss_cosine_is_kept_in_the_file_and_measured_again_after_growt
 ) -> None:
     path = tmp_path / "m.duckdb"
     with Memory(path, embedder=FakeEmbedder(dim=64)) as mem:
-        mem.remember_many([f"# {t}\nnotes on {t}, written down" for t in TOPICS[:60]])
+        remember_notes(mem, TOPICS[:60])
         first = nearmiss.near_miss(mem.db, mem.embedder)
-        assert first is not None and first.sampled == 60 and first.chunks == 60
+        assert first is not None and nearmiss.MIN_SOURCES <= first.sampled <= 60 and first.chunks == 60
         assert -1.0 <= first.cosine <= 1.0
     calls: list[int] = []
     real = nearmiss._measure
@@ -55,18 +65,35 @@ def test_the_near_miss_cosine_is_kept_in_the_file_and_measured_again_after_growt
         stored = json.loads(mem.db.get_meta(f"near_miss:{mem.embedder.fingerprint}") or "{}")
         assert stored["cosine"] == pytest.approx(first.cosine)
         assert nearmiss.near_miss(mem.db, mem.embedder) == first and not calls  # read, not measured
-        mem.remember_many([f"# {t}\nmore on {t}" for t in TOPICS[60:63]])  # 5 % more: still valid
+        remember_notes(mem, TOPICS[60:63])  # 5 % more: still valid
         assert nearmiss.near_miss(mem.db, mem.embedder) == first and not calls
-        mem.remember(f"# {TOPICS[63]}\nmore on it")
-        mem.remember_many([f"another note on {t}" for t in TOPICS[:4]])  # now 13 % more
+        remember_notes(mem, TOPICS[63:])
+        mem.remember_many([f"another thought on {t}" for t in TOPICS[:4]])  # now 13 % more
         again = nearmiss.near_miss(mem.db, mem.embedder)
         assert calls == [1] and again is not None and again.chunks == 68
 
 
-def test_a_title_does_not_find_its_own_source(tmp_path: Path) -> None:
-    # Each note is its title and nothing else: were a title to find its own note, every best
-    # cosine would be 1.0.
+def test_a_value_kept_by_another_method_or_quantile_is_measured_again(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
-        mem.remember_many(list(TOPICS))
+        remember_notes(mem, TOPICS[:60])
+        measured = nearmiss.near_miss(mem.db, mem.embedder)
+        assert measured is not None
+        key = f"near_miss:{mem.embedder.fingerprint}"
+        for kept in (
+            {"cosine": 0.9, "sampled": 60, "chunks": 60},  # before the method was recorded
+            {"cosine": 0.9, "sampled": 60, "chunks": 60, "quantile": 0.5, "method": nearmiss.METHOD},
+            {"cosine": 0.9, "sampled": 60, "chunks": 60, "quantile": nearmiss.QUANTILE, "method": -1},
+        ):
+            mem.db.set_meta(key, json.dumps(kept))
+            mem.db.cache.pop(key, None)
+            assert nearmiss.near_miss(mem.db, mem.embedder) == measured, kept
+
+
+def test_a_title_finds_neither_its_own_note_nor_copies_of_it(tmp_path: Path) -> None:
+    # Each note is its title and nothing else: a title finding its own note, or the same note
+    # stored again under another name, would reach cosine 1.0.
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        remember_notes(mem, TOPICS, text="{}")
+        mem.remember_many(list(TOPICS), sources=[f"copies/{t}.md" for t in TOPICS], headings=list(TOPICS))
         near = nearmiss.near_miss(mem.db, mem.embedder)
         assert near is not None and near.cosine < 0.99
