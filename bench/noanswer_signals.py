@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         items = memories[name][0]["items"]
         near = memories[name][0]["near_miss"]
         rule = "shipped: rare unseen words, or below the memory's near-miss cosine"
-        table.append({"rule": rule, "memory": name, "items": items, "near_miss": near, "dev": dev, "test": test})
+        table.append(
+            {"rule": rule, "memory": name, "items": items, "near_miss": near, "dev": dev, "test": test}
+        )
         print(
             f"| {rule} ({near:.3f}) | {name} | {items} | {dev[0]}/{dev[1]} | {dev[2]}/{dev[3]} "
             f"| {test[0]}/{test[1]} | {test[2]}/{test[3]} |"
