@@ -30,7 +30,7 @@ from nbmemory.embed.base import Embedder
 from nbmemory.store import hot, passages, vectors
 from nbmemory.store.db import Database
 
-#: Sources asked of the memory (a deterministic sample, by a hash of their names).
+#: Titled sources asked of the memory (a fixed sample, by a hash of title and file name).
 SAMPLE = 400
 #: Below this many sources the sample says too little about the memory: no value.
 MIN_SOURCES = 50
@@ -58,6 +58,13 @@ class NearMiss:
     method: int = METHOD
 
 
+@dataclass(frozen=True)
+class _Unmeasurable:
+    """What this process found at ``chunks`` live chunks: too few titled sources (not stored)."""
+
+    chunks: int
+
+
 def _key(fingerprint: str) -> str:
     return f"near_miss:{fingerprint}"
 
@@ -68,18 +75,26 @@ def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
     chunks = _live_chunks(db)
     key = _key(embedder.fingerprint)
     cached = db.cache.get(key)
+    if isinstance(cached, _Unmeasurable) and _fresh(cached.chunks, chunks):
+        return None  # a search without a clear answer must not count the titles each time
     kept = cached if isinstance(cached, NearMiss) else _stored(db, key)
-    fresh = kept is not None and abs(kept.chunks - chunks) <= STALE_SHARE * max(kept.chunks, 1)
-    if kept is not None and fresh and (kept.quantile, kept.method) == (QUANTILE, METHOD):
+    if (
+        kept is not None
+        and _fresh(kept.chunks, chunks)
+        and (kept.quantile, kept.method) == (QUANTILE, METHOD)
+    ):
         db.cache[key] = kept
         return kept
     value = _measure(db, embedder, chunks)
-    if value is not None:
-        db.cache[key] = value
-        if not db.read_only:
-            with db.lock:
-                db.set_meta(key, json.dumps(value.__dict__))
+    db.cache[key] = value if value is not None else _Unmeasurable(chunks)
+    if value is not None and not db.read_only:
+        with db.lock:
+            db.set_meta(key, json.dumps(value.__dict__))
     return value
+
+
+def _fresh(measured_at: int, chunks: int) -> bool:
+    return abs(measured_at - chunks) <= STALE_SHARE * max(measured_at, 1)
 
 
 def _live_chunks(db: Database) -> int:

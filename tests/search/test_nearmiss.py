@@ -35,13 +35,22 @@ def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_h
     assert not far_from_everything(0.38, 0.38, 0.0)[0]  # at the near-miss cosine itself: not below it
 
 
-def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path) -> None:
+def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = nearmiss._measure
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(nearmiss, "_measure", counted)
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
         remember_notes(mem, TOPICS[: nearmiss.MIN_SOURCES - 1])
         assert nearmiss.near_miss(mem.db, mem.embedder) is None
+        assert nearmiss.near_miss(mem.db, mem.embedder) is None and calls == [1]  # not counted again
         # Items remembered without a title do not count: their first line is most of their text.
         mem.remember_many([f"untitled thought about {t}" for t in TOPICS])
-        assert nearmiss.near_miss(mem.db, mem.embedder) is None
+        assert nearmiss.near_miss(mem.db, mem.embedder) is None and calls == [1, 1]
 
 
 def test_the_near_miss_cosine_is_kept_in_the_file_and_measured_again_after_growth(
