@@ -157,6 +157,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
         "default-adaptive",
         "default-passages",
         "default-literal",
+        "default-fill_bm25",
         "default-supersede",
         "default-dedup",
         "default+mmr",
