@@ -46,8 +46,8 @@ NO_ANSWER = [
 # cosine, below this memory's near-miss cosine, and the weak keyword match say so.
 NEAR_MISS = [
     "use a multi-stage docker build to shrink my production image size",
-    "automatically reconnect a browser websocket after the connection drops",
-    "how do lifetimes work for a rust struct that holds a borrowed string",
+    "check consumer group lag for a kafka topic",
+    "lay out a page with css grid-template-areas",
 ]
 JUDGED = Path(__file__).resolve().parents[2] / "bench" / "data" / "notes-queries.jsonl"
 
