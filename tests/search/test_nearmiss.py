@@ -27,6 +27,20 @@ def remember_notes(mem: Memory, topics: list[str], text: str = "notes on {}, wri
     )
 
 
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per measurement of a near-miss cosine (``nearmiss._measure``) in the test."""
+    made: list[int] = []
+    real = nearmiss._measure
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        made.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(nearmiss, "_measure", counted)
+    return made
+
+
 def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_half() -> None:
     flagged, reason, numbers = far_from_everything(0.30, 0.38, 0.2)
     assert flagged and reason.startswith("no confident match") and "0.380" in numbers
@@ -35,15 +49,7 @@ def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_h
     assert not far_from_everything(0.38, 0.38, 0.0)[0]  # at the near-miss cosine itself: not below it
 
 
-def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = nearmiss._measure
-
-    def counted(*args):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(nearmiss, "_measure", counted)
+def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path, calls: list[int]) -> None:
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
         remember_notes(mem, TOPICS[: nearmiss.MIN_SOURCES - 1])
         assert nearmiss.near_miss(mem.db, mem.embedder) is None
@@ -54,22 +60,15 @@ def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path, monkeypatch: pyt
 
 
 def test_the_near_miss_cosine_is_kept_in_the_file_and_measured_again_after_growth(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, calls: list[int]
 ) -> None:
     path = tmp_path / "m.duckdb"
     with Memory(path, embedder=FakeEmbedder(dim=64)) as mem:
         remember_notes(mem, TOPICS[:60])
         first = nearmiss.near_miss(mem.db, mem.embedder)
         assert first is not None and nearmiss.MIN_SOURCES <= first.sampled <= 60 and first.chunks == 60
-        assert -1.0 <= first.cosine <= 1.0
-    calls: list[int] = []
-    real = nearmiss._measure
-
-    def counted(*args):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(nearmiss, "_measure", counted)
+        assert -1.0 <= first.cosine <= 1.0 and calls == [1]
+    calls.clear()
     with Memory(path, embedder=FakeEmbedder(dim=64)) as mem:
         stored = json.loads(mem.db.get_meta(f"near_miss:{mem.embedder.fingerprint}") or "{}")
         assert stored["cosine"] == pytest.approx(first.cosine)
