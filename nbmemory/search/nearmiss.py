@@ -29,6 +29,7 @@ import numpy as np
 from nbmemory.embed.base import Embedder
 from nbmemory.store import hot, passages, vectors
 from nbmemory.store.db import Database
+from nbmemory.store.rows import CandidateRow, fetch_rows
 
 #: Titled sources asked of the memory (a fixed sample, by a hash of title and file name).
 SAMPLE = 400
@@ -160,17 +161,20 @@ def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
         qvec = _unit(np.asarray(embedder.embed_query(title), dtype=np.float32))
         found, _ = vectors.search(db, qvec, DEPTH, embedder.dim)
         ids = [i for i, _ in found]
-        rows = db.fetchall(
-            "SELECT id, source, content_hash FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids]
-        )
-        vecs = hot.vectors_of(db, [*ids, first])
+        # The rows and vectors come from the copies in memory when they serve, like a search's.
+        rows = fetch_rows(db, ids, CandidateRow)
+        vecs = vectors.get_many(db, [*ids, first])
         if first not in vecs:
             continue
         own = _unit(vecs[first])
         # A note closer to this one's text than its own title is holds the same thing (a copy,
         # the same fact written again): its answer is not absent, so it does not count.
-        copies = {src for i, src, _ in rows if i in vecs and float(_unit(vecs[i]) @ own) >= float(qvec @ own)}
-        other = {int(i): h for i, src, h in rows if src != source and src not in copies}
+        copies = {
+            r.source
+            for i, r in rows.items()
+            if i in vecs and float(_unit(vecs[i]) @ own) >= float(qvec @ own)
+        }
+        other = {i: r.content_hash for i, r in rows.items() if r.source != source and r.source not in copies}
         cos = {i: 1.0 - d for i, d in found if i in other}
         if with_passages and other:
             for i, c in passages.best(db, embedder.fingerprint, qvec, other).items():
