@@ -95,7 +95,8 @@ def fusion_weights(
         For each of BM25's top items, the query terms it holds (empty when BM25 found nothing).
     term_of:
         Identifier -> its index terms (``INC-4821`` -> ``["inc", "4821"]``); an identifier
-        counts only when every one of its terms is in the corpus.
+        counts only when every one of its terms is in the corpus. Names here that
+        :func:`identifiers` does not find (symbols: ``g??``) count as identifiers too.
     strength:
         How far the weights may move from 1 (0 gives plain RRF).
     """
@@ -108,7 +109,7 @@ def fusion_weights(
     term_of = term_of or {}
     found_ids = [
         name
-        for name in identifiers(query)
+        for name in dict.fromkeys([*identifiers(query), *term_of])
         if term_of.get(name) and all(idf.get(t, (0.0, 0))[1] > 0 for t in term_of[name])
     ]
     lean = min(0.0, 2.0 * evidence - 1.0)

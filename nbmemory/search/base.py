@@ -96,6 +96,9 @@ class Retrieved:
     score_of:
         The retriever's score of items below its cut (those another retriever found), and the
         terms each holds; ``None`` when it cannot tell.
+    symbol_idf:
+        The terms of ``terms`` that are symbols (:mod:`nbmemory.search.symbols`), not in the
+        index -> (IDF, document frequency) as the retriever counted them.
     """
 
     ranked: list[tuple[int, float]]
@@ -104,6 +107,7 @@ class Retrieved:
     terms: list[str] = field(default_factory=list)
     matched: dict[int, set[str]] = field(default_factory=dict)
     score_of: ScoreOf | None = None
+    symbol_idf: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def ids(self) -> list[int]:

@@ -1,9 +1,12 @@
-"""Keyword retrieval: BM25 over the full-text index (the SQL lives in :mod:`nbmemory.store.fts`)."""
+"""Keyword retrieval: BM25 over the full-text index (the SQL lives in :mod:`nbmemory.store.fts`),
+and the query's symbols, which that index cannot hold (:mod:`nbmemory.search.symbols`)."""
 
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
+from nbmemory.search import symbols
 from nbmemory.search.base import Query, Retrieved, ScoreOf
 from nbmemory.search.filters import Filters
 from nbmemory.store import fts, hot
@@ -16,17 +19,22 @@ DETAIL_TOP = 5
 class BM25Retriever:
     """BM25 ranking of the live items matching the filters; refreshes the index first if stale.
 
+    A symbol of the query (``g??``, ``$0``) is one more term, held where it is written as such.
+
     Parameters
     ----------
     db:
         The store to search.
+    symbols:
+        Whether the query's symbols count (off: its words only).
     """
 
     name = "bm25"
     needs_vector = False
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, symbols: bool = True) -> None:
         self.db = db
+        self.symbols = symbols
 
     def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
         """The top ``depth`` items by BM25, with the query terms each one holds."""
@@ -44,14 +52,73 @@ class BM25Retriever:
             else:
                 ranked = fts.search(self.db, terms, depth, where, params, matched=held)
                 score_of = partial(self._score_of, terms)
+            symbol_idf: dict[str, tuple[float, int]] = {}
+            wanted = symbols.of_query(query.text) if self.symbols and fts.index_exists(self.db) else []
+            if wanted:
+                ranked, held, score_of, symbol_idf = self._with_symbols(
+                    wanted, ranked, held, score_of, depth, where, params
+                )
+        notes: dict[str, object] = {
+            "terms": terms,
+            "index_rebuilt": rebuilt,
+            "method": "memory" if index else "sql",
+        }
+        if symbol_idf:
+            notes["symbols"] = {name: df for name, (_, df) in symbol_idf.items()}
         return Retrieved(
             ranked,
-            notes={"terms": terms, "index_rebuilt": rebuilt, "method": "memory" if index else "sql"},
+            notes=notes,
             detail={i: "holds " + " ".join(sorted(held.get(i, ()))) for i, _ in ranked[:DETAIL_TOP]},
-            terms=terms,
+            terms=terms + list(symbol_idf),
             matched=held,
             score_of=score_of,
+            symbol_idf=symbol_idf,
         )
+
+    def _with_symbols(
+        self,
+        wanted: list[str],
+        ranked: list[tuple[int, float]],
+        held: dict[int, set[str]],
+        score_of: ScoreOf,
+        depth: int,
+        where: str,
+        params: list[Any],
+    ) -> tuple[list[tuple[int, float]], dict[int, set[str]], ScoreOf, dict[str, tuple[float, int]]]:
+        """The ranking with each symbol's IDF added to the chunks holding it (those below the cut
+        or holding no word of the query come in with their full score), the terms each holds, the
+        scorer of chunks below the cut likewise, and each symbol's (IDF, document frequency)."""
+        n = float(fts.corpus_size(self.db))
+        symbol_idf: dict[str, tuple[float, int]] = {}
+        gain: dict[int, float] = {}
+        holds: dict[int, set[str]] = {}
+        for name in wanted:
+            ids, df = symbols.holders(self.db, name, where, params)
+            symbol_idf[name] = (fts.idf(n, float(df)), df)
+            for i in ids:
+                gain[i] = gain.get(i, 0.0) + symbol_idf[name][0]
+                holds.setdefault(i, set()).add(name)
+
+        def scored(ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
+            scores, terms_held = score_of(ids) if ids else ({}, {})
+            scores, terms_held = dict(scores), {i: set(t) for i, t in terms_held.items()}
+            for i in ids:
+                if i in gain:
+                    scores[i] = scores.get(i, 0.0) + gain[i]
+                    terms_held.setdefault(i, set()).update(holds[i])
+            return scores, terms_held
+
+        if not gain:
+            return ranked, held, scored, symbol_idf
+        scores = dict(ranked)
+        below, below_held = score_of([i for i in gain if i not in scores])
+        scores.update(below)
+        matched = {**{i: set(t) for i, t in held.items()}, **{i: set(t) for i, t in below_held.items()}}
+        for i, value in gain.items():
+            scores[i] = scores.get(i, 0.0) + value
+            matched.setdefault(i, set()).update(holds[i])
+        top = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:depth]
+        return top, {i: matched[i] for i, _ in top if i in matched}, scored, symbol_idf
 
     def _score_of(self, terms: list[str], ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
         """BM25 scores of given items (through SQL), and the query terms each holds."""

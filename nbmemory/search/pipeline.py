@@ -91,6 +91,10 @@ class PipelineConfig:
         In convex fusion, an identifier of the query (``NEXT_PUBLIC_``, ``INC-2307``) counts for
         a candidate only where it is written as such, when some candidate has it so; BM25 alone
         also matches its pieces scattered over a note.
+    symbols:
+        A query token made of punctuation more than letters (``g??``, ``$0``, ``:/``), which the
+        full-text index drops, is one more keyword term, held where it is written as such
+        (:mod:`nbmemory.search.symbols`).
     rrf_k:
         RRF constant.
     weights:
@@ -136,6 +140,7 @@ class PipelineConfig:
     vector_weight: float = 0.8
     fill_bm25: bool = True
     literal: bool = True
+    symbols: bool = True
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
     adaptive: bool = True
@@ -394,7 +399,7 @@ class SearchPipeline:
         self.db = db
         self.embedder = embedder
         self.config = config or PipelineConfig()
-        known: list[Retriever] = [BM25Retriever(db), VectorRetriever(db, embedder)]
+        known: list[Retriever] = [BM25Retriever(db, self.config.symbols), VectorRetriever(db, embedder)]
         self.retrievers = [r for r in known if r.name in self.config.retrievers]
 
     def run(self, query: str, k: int = 10, filters: Filters | None = None) -> SearchResult:
@@ -547,7 +552,7 @@ class SearchPipeline:
         scaled = scale_bm25(bm25.scores, mass)
         if mass <= 0 or not bm25.terms:
             return scaled
-        idf, _ = bm25_idfs(self.db, bm25.terms)
+        idf, _ = self._idfs(bm25)
         for item, terms in bm25.matched.items():
             if item in scaled:
                 held = sum(idf[t][0] for t in terms if t in idf) / mass
@@ -573,12 +578,16 @@ class SearchPipeline:
         rows = fetch_rows(self.db, list(scaled), HitRow)
         texts = {i: f"{row.heading}\n{row.text}".lower() for i, row in rows.items()}
         for name in evidence.identifiers:
-            literal = name.lower()
-            if not any(literal in text for text in texts.values()):
+            if name in bm25.symbol_idf:
+                # The retriever found where a symbol is written as such: ``:/`` is not in ``https://``.
+                written = {item for item in texts if name in bm25.matched.get(item, ())}
+            else:
+                written = {item for item, text in texts.items() if name.lower() in text}
+            if not written:
                 continue
             pieces = set(evidence.pieces[name])
-            for item, text in texts.items():
-                if literal in text:
+            for item in texts:
+                if item in written:
                     continue
                 terms = bm25.matched.get(item, set())
                 held = sum(idf[t][0] for t in terms if t in idf)
@@ -639,13 +648,24 @@ class SearchPipeline:
             }
         return evidence, list(fused)
 
+    def _idfs(self, bm25: Retrieved) -> tuple[dict[str, tuple[float, int]], float]:
+        """BM25's query terms -> (IDF, document frequency), symbols as the retriever counted
+        them, and the IDF of a term no item holds."""
+        words = [t for t in bm25.terms if t not in bm25.symbol_idf]
+        if words:
+            idf, unseen = bm25_idfs(self.db, words)
+        else:
+            idf, unseen = {}, fts.idf(float(fts.corpus_size(self.db)), 0.0)
+        return {**idf, **bm25.symbol_idf}, unseen
+
     def _evidence(self, query: str, bm25: Retrieved | None) -> QueryEvidence | None:
         """Lexical evidence and adaptive weights; None when BM25 did not run."""
         if bm25 is None:
             return None
-        terms = bm25.terms
-        idf, unseen = bm25_idfs(self.db, terms) if terms else ({}, 0.0)
+        idf, unseen = self._idfs(bm25) if bm25.terms else ({}, 0.0)
         term_of = {name: fts.query_terms(self.db, name) for name in adaptive.identifiers(query)}
+        # A symbol is an identifier too (an embedding cannot see it), with itself among its terms.
+        term_of.update({name: [*fts.query_terms(self.db, name), name] for name in bm25.symbol_idf})
         top = bm25.ids[:5]
         return adaptive.fusion_weights(
             query,

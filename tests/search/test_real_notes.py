@@ -23,6 +23,9 @@ FIRST = {
     # pasted identifiers
     "init.defaultBranch": {"git/set-default-branch-name-for-new-repos.md"},
     "git push origin +main": {"git/shorthand-to-force-push-a-branch.md"},
+    # pasted symbols, which the full-text index drops (`g??` is searched as `g`)
+    "g??": {"vim/rotate-everything-by-13-letters.md"},
+    "git show :/": {"git/reference-a-commit-via-commit-message-pattern-matching.md"},
     # ordinary question
     "how do I tell git bisect to pass over a commit I can't test": {
         "git/skip-a-bad-commit-when-bisecting.md"
@@ -71,6 +74,14 @@ def _file(source: str | None) -> str:
 def test_paraphrase_identifier_and_question_rank_their_note_first(notes_memory: Memory, query: str) -> None:
     result = notes_memory.search(query, k=5, log=False)
     assert _file(result.hits[0].source) in FIRST[query], result.explain(5)
+
+
+def test_pasted_symbols_need_the_symbol_terms(notes_memory: Memory) -> None:
+    # What makes the symbol queries above pass: without symbols neither note comes first.
+    words_only = PipelineConfig(symbols=False)
+    for query in ("g??", "git show :/"):
+        result = notes_memory.search(query, k=5, log=False, config=words_only)
+        assert _file(result.hits[0].source) not in FIRST[query], query
 
 
 def test_no_answer_questions_are_flagged_and_answerable_ones_are_not(notes_memory: Memory) -> None:
