@@ -12,16 +12,26 @@ retriever reached by its words is found by the symbol.
 *Written as such* means the symbol starts a token of the text (after whitespace, the text's start
 or an opening quote, backtick or bracket) and is not continued by more punctuation: ``:/`` is
 written in ``git show :/typo`` but not in ``https://``; ``$0`` in ``$0.lang`` and ``$($0)``.
+
+Finding the chunks that hold a symbol: while the memory-resident index holds every live row
+(:func:`nbmemory.store.rows.preloaded`), from a sorted list of the places a symbol can start
+(every token head with punctuation in its first two characters, up to :data:`MAX_LENGTH` + 1
+characters), made at the first symbol search after that index is built (about 25 ms per MB of
+text) and read by binary search; rows written since are read and matched one by one. Otherwise
+by scanning the chunks' text in DuckDB (``ILIKE``, about 17 ms at 10k chunks).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from bisect import bisect_left
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from nbmemory.store.db import Database
+from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows, preloaded
 
 #: Quotes a symbol may be pasted in (stripped when they wrap the whole token).
 _WRAPPERS = "`'\""
@@ -32,6 +42,12 @@ _FOLLOWERS_OK = r"\w\s`'\")\]}>.,;:!?"
 _SENTENCE_END = ".,;:!?"
 #: Longer tokens are pasted code, which the words of BM25 already cover.
 MAX_LENGTH = 24
+_MARKS = frozenset(string.punctuation)
+#: Besides letters, digits and ``_``, what may follow a symbol where it is written.
+_ENDS_OK = frozenset("`'\")]}>.,;:!?")
+#: Every place a symbol can start: after whitespace, the start or an opener, with punctuation in
+#: the first two characters (overlapping: ``$($0)`` gives ``$($0)`` and ``$0)``).
+_HEAD = re.compile(rf"(?<![^{_OPENERS}])(?=(\S?[{re.escape(string.punctuation)}]\S{{0,{MAX_LENGTH - 1}}}))")
 
 
 def of_query(query: str) -> list[str]:
@@ -54,8 +70,10 @@ def of_query(query: str) -> list[str]:
         if not 2 <= len(token) <= MAX_LENGTH or not token.isascii():
             continue
         alnum = sum(ch.isalnum() for ch in token)
-        marks = sum(ch in string.punctuation for ch in token)
-        if marks and alnum <= marks and alnum + marks == len(token) and token.lower() not in found:
+        marks = sum(ch in _MARKS for ch in token)
+        # Punctuation in the first two characters: where the head index looks (``_HEAD``).
+        headed = any(ch in _MARKS for ch in token[:2])
+        if headed and alnum <= marks and alnum + marks == len(token) and token.lower() not in found:
             found.append(token.lower())
     return found
 
@@ -78,9 +96,73 @@ def pattern(symbol: str) -> re.Pattern[str]:
     return re.compile(rf"(?:^|(?<=[{_OPENERS}])){re.escape(symbol)}(?![^{_FOLLOWERS_OK}])", re.IGNORECASE)
 
 
+@dataclass(frozen=True)
+class _Heads:
+    """The places symbols can start in a set of rows, lower-cased and sorted, with their chunk ids."""
+
+    keys: list[str]
+    ids: list[int]
+
+    @classmethod
+    def of(cls, rows: dict[int, CandidateRow]) -> _Heads:
+        pairs = sorted(
+            (key, chunk_id)
+            for chunk_id, row in rows.items()
+            for key in _HEAD.findall(f"{row.heading}\n{row.text}".lower())
+        )
+        return cls([key for key, _ in pairs], [chunk_id for _, chunk_id in pairs])
+
+    def holders(self, symbol: str) -> set[int]:
+        """Chunks where ``symbol`` (lower case) starts a head and punctuation does not continue it."""
+        lo, hi = bisect_left(self.keys, symbol), bisect_left(self.keys, symbol + "\U0010ffff")
+        n = len(symbol)
+        return {self.ids[j] for j in range(lo, hi) if len(self.keys[j]) == n or _ends(self.keys[j][n])}
+
+
+def _ends(ch: str) -> bool:
+    """Whether ``ch`` after a symbol leaves it written as such (the lookahead of :func:`pattern`)."""
+    return ch.isalnum() or ch == "_" or ch in _ENDS_OK
+
+
+def _heads(db: Database) -> _Heads | None:
+    """The head index of the preloaded rows (made once per preload), or None when none are held."""
+    rows = preloaded(db)
+    if rows is None:
+        return None
+    cached = db.cache.get("symbol_heads")
+    if isinstance(cached, tuple) and cached[0] is rows:
+        return cached[1]  # type: ignore[no-any-return]
+    heads = _Heads.of(rows)
+    db.cache["symbol_heads"] = (rows, heads)
+    return heads
+
+
 def holders(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[list[int], int]:
     """The live chunks matching ``where`` (a condition on alias ``c``) that hold ``symbol`` as
     written, in id order, and how many live chunks hold it in all (its document frequency)."""
+    heads = _heads(db)
+    if heads is None:
+        return _scanned(db, symbol, where, params)
+    written = pattern(symbol)
+    dirty = db.dirty_rows
+    found = {i for i in heads.holders(symbol.lower()) if i not in dirty}
+    # Rows written since the preload: read (live ones only) and matched one by one.
+    for i, row in fetch_rows(db, sorted(dirty), HitRow).items():
+        if written.search(f"{row.heading}\n{row.text}"):
+            found.add(i)
+    everything = sorted(found)
+    if where == "TRUE" or not everything:
+        return everything, len(everything)
+    allowed = db.fetchall(
+        f"SELECT c.id FROM chunks c WHERE c.id IN ({', '.join(map(str, everything))}) "
+        f"AND c.deleted_at IS NULL AND ({where}) ORDER BY c.id",
+        params,
+    )
+    return [int(r[0]) for r in allowed], len(everything)
+
+
+def _scanned(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[list[int], int]:
+    """:func:`holders` by scanning every live chunk's text in DuckDB."""
     like = "%" + symbol.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     rows = db.fetchall(
         f"SELECT c.id, ({where}) AS allowed, c.heading, c.text FROM chunks c "

@@ -64,6 +64,13 @@ def install(db: Database, rows: dict[int, CandidateRow], epoch: int) -> None:
     db.cache["preloaded_rows"] = (epoch, rows)
 
 
+def preloaded(db: Database) -> dict[int, CandidateRow] | None:
+    """Every live row as the memory-resident index read it, while no write since then changed
+    them all; rows written since are in :attr:`Database.dirty_rows`. None when not held."""
+    held = db.cache.get("preloaded_rows")
+    return held[1] if isinstance(held, tuple) and held[0] == db.row_epoch else None
+
+
 def fetch_rows(db: Database, ids: list[int], row: type[R]) -> dict[int, R]:
     """Id -> ``row`` for each id that is a live chunk; the columns read are ``row``'s fields.
 
@@ -73,8 +80,7 @@ def fetch_rows(db: Database, ids: list[int], row: type[R]) -> dict[int, R]:
     called by every statement that updates chunks).
     """
     cache: dict[int, CandidateRow] = db.cache.setdefault("rows", {})  # type: ignore[assignment]
-    preloaded = db.cache.get("preloaded_rows")
-    held = preloaded[1] if isinstance(preloaded, tuple) and preloaded[0] == db.row_epoch else {}
+    held = preloaded(db) or {}
     out: dict[int, R] = {}
     missing = []
     for i in map(int, ids):

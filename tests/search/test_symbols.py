@@ -3,11 +3,17 @@ where they are written as such."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nbmemory import Memory, PipelineConfig
+from nbmemory.embed.fake import FakeEmbedder
 from nbmemory.search import symbols
-from nbmemory.store import hot
+from nbmemory.search.filters import Filters
+from nbmemory.store import hot, rows
+
+TIL = Path(__file__).resolve().parents[1] / "data" / "til"
 
 
 @pytest.mark.parametrize(
@@ -95,3 +101,34 @@ def test_a_note_holding_the_symbol_ranks_first_and_filters_and_deletions_hold(
     assert again.ids == [ids["rot13"]]
     stage = again.trace.stage("bm25")
     assert stage is not None and stage.notes["symbols"] == {"g??": 1}
+
+
+def test_the_head_index_and_the_scan_find_the_same_chunks(tmp_path: Path) -> None:
+    # 882 real notes, many with code: every symbol's holders, from the head index of the
+    # preloaded rows and from the DuckDB scan, before and after writes.
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
+        mem.index(TIL)
+        mem.search("warm up", k=1, log=False)
+        assert rows.preloaded(mem.db) is not None
+        wanted = ["$0", "g??", ":/", "->", "&&", "-t", "--", "<c-r>", "%>%", ":x", "$(", "||", "\\g", "5%"]
+
+        def both() -> dict[str, tuple[tuple[list[int], int], tuple[list[int], int]]]:
+            return {
+                s: (symbols.holders(mem.db, s, "TRUE", []), symbols._scanned(mem.db, s, "TRUE", []))
+                for s in wanted
+            }
+
+        before = both()
+        assert sum(1 for heads, _ in before.values() if heads[1]) >= 8  # most are in these notes
+        for s, (heads, scanned) in before.items():
+            assert heads == scanned, s
+        holder = before["->"][0][0][0]
+        mem.forget(holder)
+        new = mem.remember("Run `nginx -t` first; then $(cat pid) -> kill.").id
+        after = both()
+        for s, (heads, scanned) in after.items():
+            assert heads == scanned, s
+        assert holder not in after["->"][0][0] and new in after["->"][0][0]
+        assert new in after["-t"][0][0] and new in after["$("][0][0]
+        where, params = Filters(namespace="nowhere").sql()
+        assert symbols.holders(mem.db, "->", where, params) == ([], after["->"][0][1])
