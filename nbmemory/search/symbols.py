@@ -42,6 +42,8 @@ _FOLLOWERS_OK = r"\w\s`'\")\]}>.,;:!?"
 _SENTENCE_END = ".,;:!?"
 #: Longer tokens are pasted code, which the words of BM25 already cover.
 MAX_LENGTH = 24
+#: Symbols looked up per query, the first ones (a pasted block of code holds hundreds).
+MAX_SYMBOLS = 8
 _MARKS = frozenset(string.punctuation)
 #: Besides letters, digits and ``_``, what may follow a symbol where it is written.
 _ENDS_OK = frozenset("`'\")]}>.,;:!?")
@@ -51,7 +53,7 @@ _HEAD = re.compile(rf"(?<![^{_OPENERS}])(?=(\S?[{re.escape(string.punctuation)}]
 
 
 def of_query(query: str) -> list[str]:
-    """The symbols of ``query``, in order, without repeats: whitespace-separated tokens of at
+    """The symbols of ``query`` (the first :data:`MAX_SYMBOLS`), in order, without repeats: whitespace-separated tokens of at
     least two characters, all ASCII, with at least as many punctuation marks as letters and
     digits (``g??``, ``$0``, ``:/``, ``&&``, ``%>%``; not ``file?``, ``H.``, ``(ii)`` or ``INC-2307``).
 
@@ -75,7 +77,7 @@ def of_query(query: str) -> list[str]:
         headed = any(ch in _MARKS for ch in token[:2])
         if headed and alnum <= marks and alnum + marks == len(token) and token.lower() not in found:
             found.append(token.lower())
-    return found
+    return found[:MAX_SYMBOLS]
 
 
 def _bracketed(token: str) -> str:

@@ -38,6 +38,12 @@ def test_symbols_of_a_query(query: str, expected: list[str]) -> None:
     assert symbols.of_query(query) == expected
 
 
+def test_a_pasted_block_of_code_looks_up_a_bounded_number_of_symbols() -> None:
+    code = " ".join(f"x{'?' * n}" for n in range(1, 40))
+    # `x?` ends a sentence; `x??` onwards are symbols
+    assert symbols.of_query(code) == [f"x{'?' * n}" for n in range(2, 2 + symbols.MAX_SYMBOLS)]
+
+
 @pytest.mark.parametrize(
     ("symbol", "text", "written"),
     [
