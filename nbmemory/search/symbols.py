@@ -18,7 +18,7 @@ Finding the chunks that hold a symbol: while the memory-resident index holds eve
 (every token head with punctuation in its first two characters, up to :data:`MAX_LENGTH` + 1
 characters), made at the first symbol search after that index is built (about 25 ms per MB of
 text) and read by binary search; rows written since are read and matched one by one. Otherwise
-by scanning the chunks' text in DuckDB (``ILIKE``, about 17 ms at 10k chunks).
+by scanning the chunks' text in DuckDB.
 """
 
 from __future__ import annotations
@@ -164,13 +164,20 @@ def holders(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[l
 
 
 def _scanned(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[list[int], int]:
-    """:func:`holders` by scanning every live chunk's text in DuckDB."""
-    like = "%" + symbol.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    """:func:`holders` by scanning every live chunk's text in DuckDB: ``contains`` (a byte
+    search) for a symbol without letters, a case-blind regular expression for one with them
+    (``ILIKE`` took 4-20 times longer on 50k chunks)."""
+    if any(ch.isalpha() for ch in symbol):
+        found, args = (
+            "regexp_matches(c.text, ?) OR regexp_matches(c.heading, ?)",
+            ["(?i)" + re.escape(symbol)] * 2,
+        )
+    else:
+        found, args = "contains(c.text, ?) OR contains(c.heading, ?)", [symbol, symbol]
     rows = db.fetchall(
         f"SELECT c.id, ({where}) AS allowed, c.heading, c.text FROM chunks c "
-        "WHERE c.deleted_at IS NULL AND (c.text ILIKE ? ESCAPE '\\' OR c.heading ILIKE ? ESCAPE '\\') "
-        "ORDER BY c.id",
-        [*params, like, like],
+        f"WHERE c.deleted_at IS NULL AND ({found}) ORDER BY c.id",
+        [*params, *args],
     )
     written = pattern(symbol)
     held = [(int(i), bool(ok)) for i, ok, heading, text in rows if written.search(f"{heading}\n{text}")]
