@@ -43,6 +43,9 @@ class BM25Retriever:
         where, params = filters.sql()
         held: dict[int, set[str]] = {}
         score_of: ScoreOf
+        wanted = symbols.of_query(query.text) if self.symbols and fts.index_exists(self.db) else []
+        if wanted:
+            symbols.prepare(self.db)
         with self.db.lock:
             index = hot.serving(self.db)
             if index is not None:
@@ -53,9 +56,9 @@ class BM25Retriever:
                 ranked = fts.search(self.db, terms, depth, where, params, matched=held)
                 score_of = partial(self._score_of, terms)
             symbol_idf: dict[str, tuple[float, int]] = {}
-            wanted = symbols.of_query(query.text) if self.symbols and fts.index_exists(self.db) else []
+            found: dict[str, int] = {}
             if wanted:
-                ranked, held, score_of, symbol_idf = self._with_symbols(
+                ranked, held, score_of, symbol_idf, found = self._with_symbols(
                     wanted, ranked, held, score_of, depth, where, params
                 )
         notes: dict[str, object] = {
@@ -63,8 +66,8 @@ class BM25Retriever:
             "index_rebuilt": rebuilt,
             "method": "memory" if index else "sql",
         }
-        if symbol_idf:
-            notes["symbols"] = {name: df for name, (_, df) in symbol_idf.items()}
+        if found:
+            notes["symbols"] = found
         return Retrieved(
             ranked,
             notes=notes,
@@ -84,16 +87,25 @@ class BM25Retriever:
         depth: int,
         where: str,
         params: list[Any],
-    ) -> tuple[list[tuple[int, float]], dict[int, set[str]], ScoreOf, dict[str, tuple[float, int]]]:
+    ) -> tuple[
+        list[tuple[int, float]], dict[int, set[str]], ScoreOf, dict[str, tuple[float, int]], dict[str, int]
+    ]:
         """The ranking with each symbol's IDF added to the chunks holding it (those below the cut
         or holding no word of the query come in with their full score), the terms each holds, the
-        scorer of chunks below the cut likewise, and each symbol's (IDF, document frequency)."""
+        scorer of chunks below the cut likewise, each held symbol's (IDF, document frequency),
+        and every symbol's document frequency (for the trace).
+
+        A symbol no chunk holds is left out of the terms: unlike a word the memory lacks, it may
+        be prose punctuation the parse kept, and it must not count as evidence of no answer.
+        """
         n = float(fts.corpus_size(self.db))
         symbol_idf: dict[str, tuple[float, int]] = {}
         gain: dict[int, float] = {}
         holds: dict[int, set[str]] = {}
-        for name in wanted:
-            ids, df = symbols.holders(self.db, name, where, params)
+        counted = symbols.holders(self.db, wanted, where, params)
+        for name, (ids, df) in counted.items():
+            if df == 0:
+                continue
             symbol_idf[name] = (fts.idf(n, float(df)), df)
             for i in ids:
                 gain[i] = gain.get(i, 0.0) + symbol_idf[name][0]
@@ -108,8 +120,9 @@ class BM25Retriever:
                     terms_held.setdefault(i, set()).update(holds[i])
             return scores, terms_held
 
+        found = {name: df for name, (_, df) in counted.items()}
         if not gain:
-            return ranked, held, scored, symbol_idf
+            return ranked, held, scored, symbol_idf, found
         scores = dict(ranked)
         below, below_held = score_of([i for i in gain if i not in scores])
         scores.update(below)
@@ -118,7 +131,7 @@ class BM25Retriever:
             scores[i] = scores.get(i, 0.0) + value
             matched.setdefault(i, set()).update(holds[i])
         top = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:depth]
-        return top, {i: matched[i] for i, _ in top if i in matched}, scored, symbol_idf
+        return top, {i: matched[i] for i, _ in top if i in matched}, scored, symbol_idf, found
 
     def _score_of(self, terms: list[str], ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
         """BM25 scores of given items (through SQL), and the query terms each holds."""

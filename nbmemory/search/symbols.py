@@ -10,8 +10,10 @@ once at average length would. The search lists the chunks holding it, so a note 
 retriever reached by its words is found by the symbol.
 
 *Written as such* means the symbol starts a token of the text (after whitespace, the text's start
-or an opening quote, backtick or bracket) and is not continued by more punctuation: ``:/`` is
-written in ``git show :/typo`` but not in ``https://``; ``$0`` in ``$0.lang`` and ``$($0)``.
+or an opening quote, backtick or bracket) and is followed by whitespace, the end, a closing quote
+or bracket, a sentence mark, or (when it ends in punctuation) a letter or digit: ``:/`` is written
+in ``git show :/typo`` but not in ``https://``; ``$0`` in ``$0.lang`` and ``$($0)`` but not in
+``$05``; ``-t`` in ``nginx -t`` but not in ``find -type``. Case is folded for ASCII letters only.
 
 Finding the chunks that hold a symbol: while the memory-resident index holds every live row
 (:func:`nbmemory.store.rows.preloaded`), from a sorted list of the places a symbol can start
@@ -33,42 +35,45 @@ from typing import Any
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows, preloaded
 
-#: Quotes a symbol may be pasted in (stripped when they wrap the whole token).
+#: Quotes a symbol may be pasted in (taken off when they wrap it, or open or close it alone).
 _WRAPPERS = "`'\""
 #: What may precede a symbol where it is written: whitespace, the start, an opener.
 _OPENERS = r"\s`'\"(\[{<"
-#: What may follow it: anything but more punctuation, except closers and sentence punctuation.
-_FOLLOWERS_OK = r"\w\s`'\")\]}>.,;:!?"
 _SENTENCE_END = ".,;:!?"
+#: Besides letters, digits and ``_`` (after a symbol ending in punctuation), what may follow a
+#: symbol where it is written: closing brackets and quotes, and sentence marks.
+_ENDS_OK = "`'\")]}>.,;:!?"
 #: Longer tokens are pasted code, which the words of BM25 already cover.
 MAX_LENGTH = 24
 #: Symbols looked up per query, the first ones (a pasted block of code holds hundreds).
 MAX_SYMBOLS = 8
 _MARKS = frozenset(string.punctuation)
-#: Besides letters, digits and ``_``, what may follow a symbol where it is written.
-_ENDS_OK = frozenset("`'\")]}>.,;:!?")
+#: Symbols are ASCII, so case is folded for ASCII letters only, the same way on every path.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+#: Abbreviations of prose (``i.e.,``, ``e.g.``, ``p.m.``): letters and dots, not symbols.
+_ABBREVIATION = re.compile(r"(?:[A-Za-z]\.){2,}[,;:]?")
 #: Every place a symbol can start: after whitespace, the start or an opener, with punctuation in
 #: the first two characters (overlapping: ``$($0)`` gives ``$($0)`` and ``$0)``).
 _HEAD = re.compile(rf"(?<![^{_OPENERS}])(?=(\S?[{re.escape(string.punctuation)}]\S{{0,{MAX_LENGTH - 1}}}))")
 
 
 def of_query(query: str) -> list[str]:
-    """The symbols of ``query`` (the first :data:`MAX_SYMBOLS`), in order, without repeats: whitespace-separated tokens of at
-    least two characters, all ASCII, with at least as many punctuation marks as letters and
-    digits (``g??``, ``$0``, ``:/``, ``&&``, ``%>%``; not ``file?``, ``H.``, ``(ii)`` or ``INC-2307``).
+    """The symbols of ``query`` (the first :data:`MAX_SYMBOLS`), in order, lower-cased, without
+    repeats: whitespace-separated tokens of at least two characters, all ASCII, with punctuation
+    in the first two and at least as many punctuation marks as letters and digits (``g??``,
+    ``$0``, ``:/``, ``&&``, ``%>%``, ``c++``; not ``file?``, ``H.``, ``(ii)``, ``i.e.,`` or
+    ``INC-2307``).
 
-    Prose punctuation is taken off first: quotes or backticks around the token, a sentence mark
-    right after a letter, a digit, a closing bracket or a percent sign (``D:``, ``2.``, ``(SLE).``),
-    and brackets around or before a word.
+    Prose punctuation is taken off first, until none is left: quotes or backticks around the
+    token (or opening or closing it alone), ``*`` emphasis around it, a sentence mark right after
+    a letter, a digit, a closing bracket or quote or a percent sign (``D:``, ``2.``, ``(SLE).``,
+    ``"$0",``), and brackets around or before a word.
     """
     found: list[str] = []
-    for token in query.split():
-        if len(token) > 2 and token[0] == token[-1] and token[0] in _WRAPPERS:
-            token = token[1:-1]
-        if len(token) > 1 and token[-1] in _SENTENCE_END and (token[-2].isalnum() or token[-2] in ")]%"):
-            token = token[:-1]
-        if any(ch.isalnum() for ch in token):
-            token = _bracketed(token)
+    for raw in query.split():
+        if _ABBREVIATION.fullmatch(raw):
+            continue
+        token = _unwrapped(raw)
         if not 2 <= len(token) <= MAX_LENGTH or not token.isascii():
             continue
         alnum = sum(ch.isalnum() for ch in token)
@@ -80,22 +85,47 @@ def of_query(query: str) -> list[str]:
     return found[:MAX_SYMBOLS]
 
 
-def _bracketed(token: str) -> str:
-    """A word without the parentheses or square brackets prose puts around or before it."""
-    for opener, closer in ("()", "[]"):
-        if token.startswith(opener) and token.endswith(closer):
+def _unwrapped(token: str) -> str:
+    """``token`` without the punctuation prose puts around it (see :func:`of_query`)."""
+    while True:
+        before = token
+        if len(token) > 2 and token[0] == token[-1] and token[0] in _WRAPPERS + "*":
             token = token[1:-1]
-        elif token.startswith(opener) and closer not in token:
+        elif (
+            len(token) > 1
+            and token[-1] in _SENTENCE_END
+            and (token[-2].isalnum() or token[-2] in ")]%" + _WRAPPERS)
+        ):
+            token = token[:-1]
+        elif any(ch.isalnum() for ch in token):
+            token = _bracketed(token)
+        if token == before:
+            return token
+
+
+def _bracketed(token: str) -> str:
+    """A word without the brackets or quotes prose puts around or before it, or after it alone."""
+    for opener, closer in ("()", "[]", *((q, q) for q in _WRAPPERS)):
+        if len(token) > 1 and token.startswith(opener) and token.endswith(closer):
+            token = token[1:-1]
+        elif token.startswith(opener) and closer not in token[1:]:
             token = token[1:]
-        elif token.endswith(closer) and opener not in token:
+        elif token.endswith(closer) and opener not in token[:-1]:
             token = token[:-1]
     return token
 
 
 @lru_cache(maxsize=256)
 def pattern(symbol: str) -> re.Pattern[str]:
-    """Where ``symbol`` is written as such (see the module docstring), case aside."""
-    return re.compile(rf"(?:^|(?<=[{_OPENERS}])){re.escape(symbol)}(?![^{_FOLLOWERS_OK}])", re.IGNORECASE)
+    """Where ``symbol`` is written as such (see the module docstring), ASCII case aside."""
+    body = "".join(f"[{ch.lower()}{ch.upper()}]" if ch.isalpha() else re.escape(ch) for ch in symbol)
+    # After a symbol ending in a letter or digit, another one would make it part of a word.
+    ends = re.escape(_ENDS_OK) if _word_end(symbol) else rf"\w{re.escape(_ENDS_OK)}"
+    return re.compile(rf"(?:^|(?<=[{_OPENERS}])){body}(?=$|[\s{ends}])")
+
+
+def _word_end(symbol: str) -> bool:
+    return symbol[-1].isalnum() or symbol[-1] == "_"
 
 
 @dataclass(frozen=True)
@@ -110,20 +140,22 @@ class _Heads:
         pairs = sorted(
             (key, chunk_id)
             for chunk_id, row in rows.items()
-            for key in _HEAD.findall(f"{row.heading}\n{row.text}".lower())
+            for key in _HEAD.findall(f"{row.heading}\n{row.text}".translate(_ASCII_LOWER))
         )
         return cls([key for key, _ in pairs], [chunk_id for _, chunk_id in pairs])
 
     def holders(self, symbol: str) -> set[int]:
-        """Chunks where ``symbol`` (lower case) starts a head and punctuation does not continue it."""
+        """Chunks where ``symbol`` (lower case) starts a head and what follows leaves it whole."""
         lo, hi = bisect_left(self.keys, symbol), bisect_left(self.keys, symbol + "\U0010ffff")
-        n = len(symbol)
-        return {self.ids[j] for j in range(lo, hi) if len(self.keys[j]) == n or _ends(self.keys[j][n])}
+        n, word_end = len(symbol), _word_end(symbol)
+        return {
+            self.ids[j] for j in range(lo, hi) if len(self.keys[j]) == n or _ends(self.keys[j][n], word_end)
+        }
 
 
-def _ends(ch: str) -> bool:
+def _ends(ch: str, word_end: bool) -> bool:
     """Whether ``ch`` after a symbol leaves it written as such (the lookahead of :func:`pattern`)."""
-    return ch.isalnum() or ch == "_" or ch in _ENDS_OK
+    return ch in _ENDS_OK or (not word_end and (ch.isalnum() or ch == "_"))
 
 
 def _heads(db: Database) -> _Heads | None:
@@ -139,28 +171,41 @@ def _heads(db: Database) -> _Heads | None:
     return heads
 
 
-def holders(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[list[int], int]:
-    """The live chunks matching ``where`` (a condition on alias ``c``) that hold ``symbol`` as
-    written, in id order, and how many live chunks hold it in all (its document frequency)."""
+def prepare(db: Database) -> None:
+    """Make the head index now if it can be made (outside the store's lock: writers go on)."""
+    _heads(db)
+
+
+def holders(
+    db: Database, names: list[str], where: str, params: list[Any]
+) -> dict[str, tuple[list[int], int]]:
+    """For each symbol of ``names`` (lower case): the live chunks matching ``where`` (a condition
+    on alias ``c``) that hold it as written, in id order, and how many live chunks hold it in
+    all (its document frequency)."""
     heads = _heads(db)
     if heads is None:
-        return _scanned(db, symbol, where, params)
-    written = pattern(symbol)
+        return {name: _scanned(db, name, where, params) for name in names}
     dirty = db.dirty_rows
-    found = {i for i in heads.holders(symbol.lower()) if i not in dirty}
-    # Rows written since the preload: read (live ones only) and matched one by one.
+    found = {name: {i for i in heads.holders(name) if i not in dirty} for name in names}
+    # Rows written since the preload: read (live ones only) and matched one by one, once.
     for i, row in fetch_rows(db, sorted(dirty), HitRow).items():
-        if written.search(f"{row.heading}\n{row.text}"):
-            found.add(i)
-    everything = sorted(found)
-    if where == "TRUE" or not everything:
-        return everything, len(everything)
-    allowed = db.fetchall(
-        f"SELECT c.id FROM chunks c WHERE c.id IN ({', '.join(map(str, everything))}) "
-        f"AND c.deleted_at IS NULL AND ({where}) ORDER BY c.id",
-        params,
-    )
-    return [int(r[0]) for r in allowed], len(everything)
+        text = f"{row.heading}\n{row.text}"
+        for name in names:
+            if pattern(name).search(text):
+                found[name].add(i)
+    out = {}
+    for name in names:
+        everything = sorted(found[name])
+        if where == "TRUE" or not everything:
+            out[name] = (everything, len(everything))
+            continue
+        allowed = db.fetchall(
+            f"SELECT c.id FROM chunks c WHERE c.id IN ({', '.join(map(str, everything))}) "
+            f"AND c.deleted_at IS NULL AND ({where}) ORDER BY c.id",
+            params,
+        )
+        out[name] = ([int(r[0]) for r in allowed], len(everything))
+    return out
 
 
 def _scanned(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[list[int], int]:

@@ -3,6 +3,7 @@ where they are written as such."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,13 @@ TIL = Path(__file__).resolve().parents[1] / "data" / "til"
         ("`%>%` in R and a && b", ["%>%", "&&"]),
         ('press "g??" twice, then g??', ["g??"]),
         ("nginx -t", ["-t"]),
+        ("c++ templates in C#", ["c++", "c#"]),
+        # quotes and sentence marks around a symbol, in any order
+        ("what does `g??`? do", ["g??"]),
+        ('select "$0", then `$0`.', ["$0"]),
+        ("quit with :q!", [":q"]),
         # prose punctuation is not a symbol
+        ("i.e., e.g. p.m., it 's **bold**", []),
         ("what is in this file?", []),
         ("Vitamin D: new recommendations", []),
         ("Active H. pylori urease (SLE).", []),
@@ -52,7 +59,14 @@ def test_a_pasted_block_of_code_looks_up_a_bounded_number_of_symbols() -> None:
         (":/", "not `://` either", False),
         ("$0", "> $0.lang", True),
         ("$0", "$($0).html('x')", True),
-        ("$0", "costs $05", True),  # continued by a digit, not by punctuation
+        ("$0", "costs $05", False),  # ending in a digit, another digit continues it
+        ("-t", "find . -type f", False),
+        ("-t", "check it with nginx -t.", True),
+        (":q", "use :quit", False),
+        (":q", "force it with :q!", True),
+        ("#1", "issue #123", False),
+        ("-i", "run -İ", False),  # case is folded for ASCII letters only, on every path
+        (":/", ":/typo", True),  # ending in punctuation, a letter may follow
         ("g??", "hit `g??` on the line", True),
         ("g??", "G?? works too", True),
         ("&&", "a&&b", False),
@@ -81,6 +95,8 @@ def test_a_note_holding_the_symbol_ranks_first_and_filters_and_deletions_hold(
     bm25_only = PipelineConfig(retrievers=("bm25",))
     # `g??` is searched as `g` by the index, which no note holds as a word; the symbol finds them.
     found = fake_mem.search("g??", k=5, log=False, config=bm25_only)
+    # From the head index of the preloaded rows when the memory-resident index serves, else by a scan.
+    assert (rows.preloaded(fake_mem.db) is not None) is served
     assert set(found.ids) == {ids["rot13"], other}
     stage = found.trace.stage("bm25")
     assert stage is not None and stage.notes["symbols"] == {"g??": 2}
@@ -119,10 +135,8 @@ def test_the_head_index_and_the_scan_find_the_same_chunks(tmp_path: Path) -> Non
         wanted = ["$0", "g??", ":/", "->", "&&", "-t", "--", "<c-r>", "%>%", ":x", "$(", "||", "\\g", "5%"]
 
         def both() -> dict[str, tuple[tuple[list[int], int], tuple[list[int], int]]]:
-            return {
-                s: (symbols.holders(mem.db, s, "TRUE", []), symbols._scanned(mem.db, s, "TRUE", []))
-                for s in wanted
-            }
+            heads = symbols.holders(mem.db, wanted, "TRUE", [])
+            return {s: (heads[s], symbols._scanned(mem.db, s, "TRUE", [])) for s in wanted}
 
         before = both()
         assert sum(1 for heads, _ in before.values() if heads[1]) >= 8  # most are in these notes
@@ -137,4 +151,41 @@ def test_the_head_index_and_the_scan_find_the_same_chunks(tmp_path: Path) -> Non
         assert holder not in after["->"][0][0] and new in after["->"][0][0]
         assert new in after["-t"][0][0] and new in after["$("][0][0]
         where, params = Filters(namespace="nowhere").sql()
-        assert symbols.holders(mem.db, "->", where, params) == ([], after["->"][0][1])
+        assert symbols.holders(mem.db, ["->"], where, params) == {"->": ([], after["->"][0][1])}
+
+
+def _bm25_share(stage_detail: str) -> float:
+    match = re.search(r"bm25 (?:#\d+|-) \(([\d.]+)\)", stage_detail)
+    assert match, stage_detail
+    return float(match.group(1))
+
+
+def test_a_symbol_is_an_identifier_for_fusion_and_its_digits_alone_do_not_count(fake_mem: Memory) -> None:
+    console = fake_mem.remember("In the browser console, $0 is the node selected in the elements panel.").id
+    port = fake_mem.remember("Binding to port 0 lets the system pick any free port: 0 means any.").id
+    # `$0` inside `$05` is not written as such: the literal test is the symbol's, not a substring.
+    price = fake_mem.remember("Set x=$05 in the script and use 0 as the default.").id
+    fused = fake_mem.search("$0", k=3, log=False)
+    stage = fused.trace.stage("convex")
+    assert stage is not None
+    # All of the query's IDF mass is on the identifier: the weights lean to BM25.
+    assert "identifier '$0'" in stage.notes["why"] and stage.notes["weights"]["bm25"] > 0.2
+    assert fused.ids[0] == console
+    # The note holding `0` only as a word loses what `0` gave it, since another holds `$0`.
+    assert _bm25_share(stage.detail[port]) == 0.0 and _bm25_share(stage.detail[price]) == 0.0
+    words = fake_mem.search("$0", k=3, log=False, config=PipelineConfig(symbols=False)).trace.stage("convex")
+    assert words is not None and _bm25_share(words.detail[port]) > 0.0
+
+
+def test_a_symbol_no_note_holds_changes_nothing(fake_mem: Memory) -> None:
+    for text in NOTES.values():
+        fake_mem.remember(text)
+    query = "how do I show a git commit -q"
+    with_symbol = fake_mem.search(query, k=5, log=False)
+    without = fake_mem.search(query, k=5, log=False, config=PipelineConfig(symbols=False))
+    bm25 = with_symbol.trace.stage("bm25")
+    assert bm25 is not None and bm25.notes["symbols"] == {"-q": 0} and "-q" not in bm25.notes["terms"]
+    assert [(h.id, h.score) for h in with_symbol.hits] == [(h.id, h.score) for h in without.hits]
+    convex, plain = with_symbol.trace.stage("convex"), without.trace.stage("convex")
+    assert convex is not None and plain is not None
+    assert convex.notes["evidence"] == plain.notes["evidence"] and convex.notes["mass"] == plain.notes["mass"]
