@@ -67,8 +67,7 @@ def measure(n: int, queries: int, workdir: Path) -> dict[str, object]:
                 mem.search(query, k=10, log=False, config=config)
                 times[name].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            for symbol in symbols.of_query(query):
-                symbols.holders(mem.db, symbol, "TRUE", [])
+            symbols.holders(mem.db, symbols.of_query(query), "TRUE", [])
             times["lookup"].append((time.perf_counter() - t) * 1000)
             if i < 20:  # the fallback without preloaded rows (NBMEMORY_HOT=0, or past 60k chunks)
                 t = time.perf_counter()
