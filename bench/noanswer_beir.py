@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     def previous(self: Any, top: float | None, missing: Any, covered: float = 0.0) -> tuple[bool, str, str]:
         return decide(self, top, missing)  # what the best match holds did not count
 
-    def never(best: float, near: float, covered: float) -> tuple[bool, str, str]:
+    def never(best: float, near: float, covered: float, top: float | None = None) -> tuple[bool, str, str]:
         return False, "", ""
 
     # Rule -> (which missing words count, the rare-word rule, the near-miss rule).

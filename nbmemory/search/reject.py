@@ -158,16 +158,21 @@ class Thresholds:
         return True, reason, numbers
 
 
-def far_from_everything(best_cosine: float, near_miss: float, covered: float) -> tuple[bool, str, str]:
+def far_from_everything(
+    best_cosine: float, near_miss: float, covered: float, top_score: float | None = None
+) -> tuple[bool, str, str]:
     """Flag "no confident answer" when the best match is weak on both sides, measured against
-    this memory: the best cosine (passages included) is below the memory's near-miss cosine
-    (:mod:`nbmemory.search.nearmiss`: what 95 % of its own titles find in other notes), and the
-    best keyword match holds under :data:`KEYWORD_HALF` of the query's IDF mass (``covered``).
-    Returns ``(flagged, reason in words, numbers)``."""
-    far = best_cosine < near_miss
+    this memory: the best cosine (passages included), or the best hit's fused score (the cosine
+    and keyword share together, :mod:`nbmemory.search.convex`), is below the memory's near-miss
+    cosine (:mod:`nbmemory.search.nearmiss`: what 95 % of its own titles find in other notes),
+    and the best keyword match holds under :data:`KEYWORD_HALF` of the query's IDF mass
+    (``covered``). Returns ``(flagged, reason in words, numbers)``."""
+    far = best_cosine < near_miss or (top_score is not None and top_score < near_miss)
     weak_words = covered < KEYWORD_HALF
     numbers = (
-        f"best cosine with passages {best_cosine:.3f} {'<' if far else '>='} {near_miss:.3f} "
+        f"best cosine with passages {best_cosine:.3f} "
+        + (f"and best fused score {top_score:.3f} " if top_score is not None else "")
+        + f"{'<' if far else '>='} {near_miss:.3f} "
         f"(this memory's near-miss cosine), the best keyword match holds {covered:.0%}"
     )
     if not (far and weak_words):

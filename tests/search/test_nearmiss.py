@@ -49,6 +49,15 @@ def test_flagged_only_below_the_near_miss_cosine_with_no_keyword_match_holding_h
     assert not far_from_everything(0.38, 0.38, 0.0)[0]  # at the near-miss cosine itself: not below it
 
 
+def test_a_best_hit_whose_fused_score_is_below_the_near_miss_cosine_is_flagged_too() -> None:
+    # A cosine just above the near-miss cosine that no keyword supports: the fused score
+    # (0.8 x cosine + 0.2 x keyword share) says the best hit is no better than a near miss.
+    flagged, _, numbers = far_from_everything(0.42, 0.38, 0.2, top_score=0.8 * 0.42 + 0.2 * 0.1)
+    assert flagged and "best fused score 0.356" in numbers
+    assert not far_from_everything(0.42, 0.38, 0.2, top_score=0.39)[0]
+    assert not far_from_everything(0.42, 0.38, KEYWORD_HALF, top_score=0.30)[0]  # half its words held
+
+
 def test_a_small_memory_has_no_near_miss_cosine(tmp_path: Path, calls: list[int]) -> None:
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
         remember_notes(mem, TOPICS[: nearmiss.MIN_SOURCES - 1])
