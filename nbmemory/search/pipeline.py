@@ -793,7 +793,8 @@ class SearchPipeline:
                     numbers += "; BM25 and the vector side put the same source first"
                 # Only then is the memory's near-miss cosine read (measured once per memory state).
                 elif (near := nearmiss.near_miss(self.db, self.embedder)) is not None:
-                    top = order[0][1] if order and self.config.fusion == "convex" else None
+                    # The first hit's fused score as fusion gave it (later stages rescale scores).
+                    top = fusion.scores.get(order[0][0]) if fusion is not None and order else None
                     rejected, reason, more = reject_mod.far_from_everything(
                         best, near.cosine, evidence.evidence, top
                     )
