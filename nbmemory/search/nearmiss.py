@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbmemory.embed.base import Embedder
+from nbmemory.embed.base import Embedder, normalise
 from nbmemory.store import hot, passages, vectors
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
@@ -138,10 +138,6 @@ def _titles(db: Database) -> dict[str, tuple[str, int]]:
     return titles
 
 
-def _unit(vec: np.ndarray) -> np.ndarray:
-    return vec / max(float(np.linalg.norm(vec)), 1e-12)
-
-
 def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
     titles = _titles(db)
     if len(titles) < MIN_SOURCES:
@@ -158,7 +154,7 @@ def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
     best = []
     for source in sample:
         title, first = titles[source]
-        qvec = _unit(np.asarray(embedder.embed_query(title), dtype=np.float32))
+        qvec = normalise(embedder.embed_query(title))
         found, _ = vectors.search(db, qvec, DEPTH, embedder.dim)
         ids = [i for i, _ in found]
         # The rows and vectors come from the copies in memory when they serve, like a search's.
@@ -166,13 +162,13 @@ def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
         vecs = vectors.get_many(db, [*ids, first])
         if first not in vecs:
             continue
-        own = _unit(vecs[first])
+        own = normalise(vecs[first])
         # A note closer to this one's text than its own title is holds the same thing (a copy,
         # the same fact written again): its answer is not absent, so it does not count.
         copies = {
             r.source
             for i, r in rows.items()
-            if i in vecs and float(_unit(vecs[i]) @ own) >= float(qvec @ own)
+            if i in vecs and float(normalise(vecs[i]) @ own) >= float(qvec @ own)
         }
         other = {i: r.content_hash for i, r in rows.items() if r.source != source and r.source not in copies}
         cos = {i: 1.0 - d for i, d in found if i in other}
