@@ -20,7 +20,6 @@ unseen word, nothing flagged below 1,000 items) and that rule without its floor,
 from __future__ import annotations
 
 import itertools
-import random
 import shutil
 import sys
 import tempfile
@@ -41,6 +40,11 @@ from nbmemory.search.filters import Filters
 from nbmemory.search.pipeline import SearchPipeline
 from nbmemory.search.trace import Trace
 
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.subsets import present_notes, subset
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
 QUERIES = REPO / "bench" / "data" / "notes-queries.jsonl"
@@ -49,22 +53,9 @@ OUT = REPO / "bench" / "results" / "noanswer-signals.json"
 SUBSETS = ((900, 3), (600, 0), (600, 1), (577, 4), (300, 2))
 
 
-def subset(root: Path, targets: list[str], size: int, seed: int, into: Path) -> Path:
-    """``size`` notes of ``root`` copied to ``into``: a quarter-size sample of ``targets``, then others."""
-    rng = random.Random(seed)
-    every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
-    keep = set(rng.sample(targets, k=min(len(targets), size // 4)))
-    others = [f for f in every if f not in set(targets)]
-    chosen = keep | set(rng.sample(others, k=size - len(keep)))
-    for name in chosen:
-        (into / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(root / name, into / name)
-    return into
-
-
 def signals(corpus: Path, embedder: CachedEmbedder) -> list[dict[str, Any]]:
     """Per question answerable in ``corpus`` (or without an answer): the query-time signals."""
-    present = {p.relative_to(corpus).as_posix() for p in corpus.rglob("*.md")}
+    present = present_notes(corpus)
     questions = [
         q
         for q in load_queries(QUERIES, "all", corpus=CORPUS)

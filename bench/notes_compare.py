@@ -3,6 +3,7 @@
     .venv/bin/python bench/notes_compare.py                     # jbranchaud-til, bench/data/notes-queries.jsonl, dev
     .venv/bin/python bench/notes_compare.py --corpus DIR --queries FILE --split test
     .venv/bin/python bench/notes_compare.py --skip-peers        # nbmemory's configurations only
+    .venv/bin/python bench/notes_compare.py --subset 577:4 --split all   # a 577-note memory cut from it
 
 nbmemory runs through :func:`nbmemory.eval.notes.evaluate_notes` (``Memory.index`` into the
 evaluation store cache, then ``Memory.search`` per configuration: default, bm25, vector, rrf).
@@ -15,6 +16,9 @@ ids are scored by the same code as nbmemory's (:func:`nbmemory.eval.notes.score_
 The peers have no "no answer" flag: for them a ``miss`` query counts as flagged when it is left
 empty, so ``miss_flag`` reads "flagged" for nbmemory and "left empty" for the peers. Peers index
 the corpus's ``.md`` files only (``flatten.py``); nbmemory indexes what ``Memory.index`` reads.
+``--subset SIZE:SEED`` runs everything on a smaller memory cut from the corpus (as
+``noanswer_signals.py`` cuts them: a quarter of it from the target notes, the rest at random), with
+the questions that still fit it (answerable ones keep the targets left in it).
 Prints one markdown table; writes everything to ``bench/results/notes-compare.json``.
 """
 
@@ -33,8 +37,21 @@ from typing import Any
 
 import polars as pl
 
-from nbmemory.eval.notes import NotesQuery, NotesRun, evaluate_notes, per_query_rows, printable, score_run
+from nbmemory.eval.notes import (
+    NotesQuery,
+    NotesRun,
+    evaluate_notes,
+    load_queries,
+    per_query_rows,
+    printable,
+    score_run,
+)
 from nbmemory.eval.report import to_markdown, write_json
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.subsets import fitting, present_notes, subset
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -222,13 +239,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=str(DEFAULT_OUT), help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--keep-work", action="store_true", help="keep the flattened corpus and peer outputs")
+    parser.add_argument(
+        "--subset",
+        metavar="SIZE:SEED",
+        help="a memory of SIZE notes cut from the corpus with SEED, and the questions that fit it",
+    )
     args = parser.parse_args(argv)
 
     load_before = os.getloadavg()
     corpus = Path(os.path.abspath(Path(args.corpus).expanduser()))
+    queries: str | list[NotesQuery] = args.queries
+    cut = None
+    if args.subset:
+        size, seed = (int(part) for part in args.subset.split(":"))
+        every = load_queries(args.queries, "all", corpus=corpus)
+        targets = sorted({t for q in every for t in q.targets})
+        # Named like the corpus (parent and folder), so the vector cache of the whole corpus serves it.
+        cut = Path(tempfile.mkdtemp(prefix="notes-subset-"))
+        folder = subset(corpus, targets, size, seed, cut / corpus.parent.name / corpus.name)
+        queries = [q for q in fitting(every, present_notes(folder)) if args.split in ("all", q.split)]
+        _log(f"subset {size}:{seed}: {len(present_notes(folder))} notes, {len(queries)} questions fit")
+        corpus = folder
     result = evaluate_notes(
         corpus,
-        args.queries,
+        queries,
         args.configs,
         split=args.split,
         model=args.model,
@@ -298,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
         "corpus": str(corpus),
+        "subset": args.subset,
         "queries": args.queries,
         "split": args.split,
         "load_average": {"before": load_before, "after": os.getloadavg()},
@@ -307,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(payload, args.json)
     print(f"wrote {args.json}")
+    if cut is not None:
+        shutil.rmtree(cut, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,46 @@
+"""Smaller memories cut from a notes corpus, and the judged questions that still fit them.
+
+Used by ``noanswer_signals.py`` (the no-answer signals per memory size) and ``notes_compare.py
+--subset`` (the side-by-side table on a memory the size of one's own).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from nbmemory.eval.notes import NotesQuery
+
+
+def subset(root: Path, targets: list[str], size: int, seed: int, into: Path) -> Path:
+    """``size`` notes of ``root`` copied to ``into``: a quarter-size sample of ``targets``, then others."""
+    rng = random.Random(seed)
+    every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
+    keep = set(rng.sample(targets, k=min(len(targets), size // 4)))
+    others = [f for f in every if f not in set(targets)]
+    chosen = keep | set(rng.sample(others, k=size - len(keep)))
+    for name in chosen:
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / name, into / name)
+    return into
+
+
+def present_notes(corpus: Path) -> set[str]:
+    """The ``.md`` files of ``corpus``, as paths relative to it."""
+    return {p.relative_to(corpus).as_posix() for p in corpus.rglob("*.md")}
+
+
+def fitting(queries: list[NotesQuery], present: set[str]) -> list[NotesQuery]:
+    """The questions a memory holding ``present`` can be judged on: those without an answer, and
+    the answerable ones with a target left (their targets cut to those left)."""
+    out = []
+    for q in queries:
+        if not q.answerable:
+            out.append(q)
+            continue
+        left = tuple(t for t in q.targets if t in present)
+        if left:
+            out.append(replace(q, targets=left))
+    return out
