@@ -251,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     queries: str | list[NotesQuery] = args.queries
     cut = None
     if args.subset:
-        size, seed = (int(part) for part in args.subset.split(":"))
+        size_text, _, seed_text = args.subset.partition(":")
+        if not (size_text.isdigit() and seed_text.isdigit() and int(size_text) > 0):
+            parser.error(f"--subset takes SIZE:SEED, two whole numbers (e.g. 577:4), got {args.subset!r}")
+        size, seed = int(size_text), int(seed_text)
         every = load_queries(args.queries, "all", corpus=corpus)
         targets = sorted({t for q in every for t in q.targets})
         # Named like the corpus (parent and folder), so the vector cache of the whole corpus serves it.

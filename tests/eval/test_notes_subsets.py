@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.subsets import fitting, present_notes, subset
 from nbmemory.eval.notes import NotesQuery
 
@@ -39,3 +41,8 @@ def test_the_questions_that_fit_a_subset_keep_misses_cut_targets_and_drop_the_re
     assert [q.qid for q in fit] == ["q1", "q3"]
     assert fit[0].targets == (kept,)
     assert fit[1].targets == ()
+
+
+def test_a_subset_larger_than_the_corpus_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match=r"a subset of 5000 notes: .* holds 882"):
+        subset(TIL, _notes()[:10], 5000, 1, tmp_path)
