@@ -25,6 +25,7 @@ Prints one markdown table; writes everything to ``bench/results/notes-compare.js
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -249,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     corpus = Path(os.path.abspath(Path(args.corpus).expanduser()))
     queries: str | list[NotesQuery] = args.queries
-    cut = None
     if args.subset:
         size_text, _, seed_text = args.subset.partition(":")
         if not (size_text.isdigit() and seed_text.isdigit() and int(size_text) > 0):
@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = sorted({t for q in every for t in q.targets})
         # Named like the corpus (parent and folder), so the vector cache of the whole corpus serves it.
         cut = Path(tempfile.mkdtemp(prefix="notes-subset-"))
+        atexit.register(shutil.rmtree, cut, ignore_errors=True)  # also when a peer fails
         folder = subset(corpus, targets, size, seed, cut / corpus.parent.name / corpus.name)
         queries = [q for q in fitting(every, present_notes(folder)) if args.split in ("all", q.split)]
         _log(f"subset {size}:{seed}: {len(present_notes(folder))} notes, {len(queries)} questions fit")
@@ -345,8 +346,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(payload, args.json)
     print(f"wrote {args.json}")
-    if cut is not None:
-        shutil.rmtree(cut, ignore_errors=True)
     return 0
 
 
