@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     corpus = Path(os.path.abspath(Path(args.corpus).expanduser()))
     queries: str | list[NotesQuery] = args.queries
+    source_corpus = corpus
     if args.subset:
         size_text, _, seed_text = args.subset.partition(":")
         if not (size_text.isdigit() and seed_text.isdigit() and int(size_text) > 0):
@@ -257,10 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         size, seed = int(size_text), int(seed_text)
         every = load_queries(args.queries, "all", corpus=corpus)
         targets = sorted({t for q in every for t in q.targets})
-        # Named like the corpus (parent and folder), so the vector cache of the whole corpus serves it.
-        cut = Path(tempfile.mkdtemp(prefix="notes-subset-"))
+        # Named like the corpus (parent and folder), so the vector cache of the whole corpus serves
+        # it; at the same path each run, so the evaluation store cache keeps one store per cut.
+        cut = Path(os.environ.get("TMPDIR") or "/tmp") / f"nbm-notes-subset-{size}-{seed}"
+        shutil.rmtree(cut, ignore_errors=True)
         atexit.register(shutil.rmtree, cut, ignore_errors=True)  # also when a peer fails
-        folder = subset(corpus, targets, size, seed, cut / corpus.parent.name / corpus.name)
+        try:
+            folder = subset(corpus, targets, size, seed, cut / corpus.parent.name / corpus.name)
+        except ValueError as exc:
+            parser.error(f"--subset {args.subset}: {exc}")
         queries = [q for q in fitting(every, present_notes(folder)) if args.split in ("all", q.split)]
         _log(f"subset {size}:{seed}: {len(present_notes(folder))} notes, {len(queries)} questions fit")
         corpus = folder
@@ -337,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
         "corpus": str(corpus),
         "subset": args.subset,
+        "cut_from": str(source_corpus),
         "queries": args.queries,
         "split": args.split,
         "load_average": {"before": load_before, "after": os.getloadavg()},

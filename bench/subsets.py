@@ -18,10 +18,14 @@ def subset(root: Path, targets: list[str], size: int, seed: int, into: Path) -> 
     """``size`` notes of ``root`` copied to ``into``: a quarter-size sample of ``targets``, then others."""
     rng = random.Random(seed)
     every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
-    if not 0 < size <= len(every):
-        raise ValueError(f"a subset of {size} notes: {root} holds {len(every)}")
-    keep = set(rng.sample(targets, k=min(len(targets), size // 4)))
     others = [f for f in every if f not in set(targets)]
+    quarter = min(len(targets), size // 4)
+    if size <= 0 or size - quarter > len(others):
+        raise ValueError(
+            f"a subset of {size} notes: {root} holds {len(every)}, {len(others)} of them not targets "
+            f"(a quarter of the subset is drawn from the {len(targets)} targets, the rest from the others)"
+        )
+    keep = set(rng.sample(targets, k=quarter))
     chosen = keep | set(rng.sample(others, k=size - len(keep)))
     for name in chosen:
         (into / name).parent.mkdir(parents=True, exist_ok=True)

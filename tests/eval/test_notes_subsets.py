@@ -46,3 +46,10 @@ def test_the_questions_that_fit_a_subset_keep_misses_cut_targets_and_drop_the_re
 def test_a_subset_larger_than_the_corpus_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"a subset of 5000 notes: .* holds 882"):
         subset(TIL, _notes()[:10], 5000, 1, tmp_path)
+
+
+def test_a_subset_needing_more_other_notes_than_there_are_is_refused_by_name(tmp_path):
+    every = _notes()
+    # 800 notes: 200 from the targets, 600 from the 588 others, which is 12 too many.
+    with pytest.raises(ValueError, match="588 of them not targets"):
+        subset(TIL, every[::3], 800, 1, tmp_path)
