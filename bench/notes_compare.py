@@ -267,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             folder = subset(corpus, targets, size, seed, cut / corpus.parent.name / corpus.name)
         except ValueError as exc:
             parser.error(f"--subset {args.subset}: {exc}")
-        queries = [q for q in fitting(every, present_notes(folder)) if args.split in ("all", q.split)]
-        _log(f"subset {size}:{seed}: {len(present_notes(folder))} notes, {len(queries)} questions fit")
+        present = present_notes(folder)
+        queries = [q for q in fitting(every, present) if args.split in ("all", q.split)]
+        _log(f"subset {size}:{seed}: {len(present)} notes, {len(queries)} questions fit")
         corpus = folder
     result = evaluate_notes(
         corpus,

@@ -17,8 +17,9 @@ from nbmemory.eval.notes import NotesQuery
 def subset(root: Path, targets: list[str], size: int, seed: int, into: Path) -> Path:
     """``size`` notes of ``root`` copied to ``into``: a quarter-size sample of ``targets``, then others."""
     rng = random.Random(seed)
-    every = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
-    others = [f for f in every if f not in set(targets)]
+    every = sorted(present_notes(root))
+    wanted = set(targets)
+    others = [f for f in every if f not in wanted]
     quarter = min(len(targets), size // 4)
     if size <= 0 or size - quarter > len(others):
         raise ValueError(
