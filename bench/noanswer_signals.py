@@ -26,6 +26,7 @@ elsewhere, to see how it transfers. Writes ``bench/results/noanswer-signals.json
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import sys
 import tempfile
@@ -165,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     every = load_queries(args.queries, "all", corpus=CORPUS)
     targets = sorted({t for q in every for t in q.targets})
     memories: dict[str, list[dict[str, Any]]] = {"all 1,871 notes": signals(CORPUS, embedder, args.queries)}
-    work = Path(tempfile.mkdtemp(prefix="nbm-noanswer-"))
+    # At the same path each run (one folder per question set), so the evaluation store cache keeps
+    # one store per cut instead of one per run.
+    work = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"nbm-noanswer-{args.queries.stem}"
+    shutil.rmtree(work, ignore_errors=True)
     try:
         for size, seed in SUBSETS:
             folder = subset(CORPUS, targets, size, seed, work / f"notes-{size}-{seed}" / "corpus")
