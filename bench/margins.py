@@ -3,13 +3,16 @@
     .venv/bin/python bench/margins.py bench/results/notes-compare.json bench/results/notes-compare-577.json
     .venv/bin/python bench/margins.py RUN.json --resamples 20000 --seed 1 --out OUT.json
 
-A margin like "+.025 MRR@10 over vstash" rests on 65-135 questions, and one question moved from
-rank 2 to rank 1 moves a 65-question mean by .008. For every ``notes_compare.py`` result given, this
-resamples the answerable questions with replacement (the same draw for every system, so the
-comparison stays paired) and reports, per split (dev, test, all), nbmemory's default against each
-other system: the mean MRR@10 difference, its 95 % percentile interval, and the share of resamples
-in which the difference reaches the goal (``--goal``, .03 in the search-quality issue). The
-default's Hit@1 gets the same interval, and so does the share of no-answer questions it flags.
+A margin like "+.025 MRR@10 over vstash" rests on the 31-133 answerable questions of one run, and
+one question moved from rank 2 to rank 1 moves a 65-question mean by .008. For every
+``notes_compare.py`` result given, this resamples the answerable questions with replacement (the
+same draw for every system, so the comparison stays paired) and reports, per split (each split
+the run holds, then all of them), nbmemory's default against each other system: the mean MRR@10
+difference, its 95 % percentile interval, and the share of resamples in which the difference
+reaches the goal (``--goal``, .03 in the search-quality issue; a share of resamples, not a
+probability). The default's Hit@1 and the share of no-answer questions it flags are proportions
+and get Wilson intervals. The intervals cover which questions were written, not which notes a
+smaller memory was cut from (one cut per run).
 
 The per-question MRR@10 values are the ones the comparison already computed with ``pytrec_eval``
 (``per_query``); nothing is re-scored here. Writes ``bench/results/margins.json``.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,11 +35,14 @@ DEFAULT = "default"
 
 
 def per_question(run: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-    """System name -> qid -> that question's row, for nbmemory's configurations and the peers."""
+    """System name -> qid -> that question's row, for nbmemory's configurations and the peers (a
+    peer without per-question rows, one that failed, is named on stderr and left out)."""
     systems = {name: got["per_query"] for name, got in run["nbmemory"]["configs"].items()}
-    systems.update(
-        {name: got["per_query"] for name, got in run.get("peers", {}).items() if "per_query" in got}
-    )
+    for name, got in run.get("peers", {}).items():
+        if "per_query" in got:
+            systems[name] = got["per_query"]
+        else:
+            print(f"{name}: no per-question results in this run, left out", file=sys.stderr)
     return {name: {row["qid"]: row for row in rows} for name, rows in systems.items()}
 
 
@@ -53,89 +60,107 @@ def splits_of(path: str | Path) -> dict[str, str]:
     return out
 
 
-def interval(values: np.ndarray, draws: np.ndarray) -> tuple[float, float, float, np.ndarray]:
-    """Mean of ``values``, its 95 % percentile interval over ``draws`` (rows of indices), and the
-    resampled means."""
-    means = values[draws].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(values.mean()), float(low), float(high), means
+def wilson(hits: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson 95 % interval of a proportion ``hits / n`` (a percentile bootstrap of a share
+    near 0 or 1 collapses onto it: 94 of 96 would read .948-1.000)."""
+    if n <= 0:
+        raise ValueError("a proportion of no questions")
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _r(x: float) -> float:
+    return round(x, 3) + 0.0  # + 0.0: no "-0.0"
 
 
 def margins(
     run: dict[str, Any], split_of: dict[str, str], resamples: int = 10_000, seed: int = 0, goal: float = 0.03
 ) -> list[dict[str, Any]]:
-    """One row per split and system compared with the default (see the module docstring)."""
+    """One entry per split (see the module docstring): the default's Hit@1 and no-answer flag
+    rate with their Wilson intervals, and its margin over every other system."""
     if resamples < 100:
         raise ValueError(f"resamples must be at least 100, got {resamples}")
     by_system = per_question(run)
     if DEFAULT not in by_system:
         raise ValueError("the run has no nbmemory default configuration")
-    rows: list[dict[str, Any]] = []
-    rng = np.random.default_rng(seed)
     base = by_system[DEFAULT]
-    for split in ("dev", "test", "all"):
-        qids = sorted(q for q in base if split in ("all", split_of.get(q)))
+    unknown = sorted(q for q in base if q not in split_of)
+    if unknown:
+        raise ValueError(f"{len(unknown)} questions are not in the queries file, e.g. {unknown[0]}")
+    rng = np.random.default_rng(seed)
+    out: list[dict[str, Any]] = []
+    splits = sorted({split_of[q] for q in base})
+    for split in [*splits, "all"] if len(splits) > 1 else splits:
+        qids = sorted(q for q in base if split in ("all", split_of[q]))
         answerable = [q for q in qids if base[q]["kind"] != "miss"]
         misses = [q for q in qids if base[q]["kind"] == "miss"]
-        if not answerable:
-            continue
-        n = len(answerable)
-        draws = rng.integers(0, n, size=(resamples, n))
-        mine = np.array([base[q]["mrr@10"] for q in answerable])
-        hit1, low, high, _ = interval(np.array([base[q]["hit@1"] for q in answerable]), draws)
-        head: dict[str, Any] = {
-            "split": split,
-            "answerable": n,
-            "hit@1": [round(hit1, 3), round(low, 3), round(high, 3)],
-        }
+        entry: dict[str, Any] = {"split": split, "answerable": len(answerable), "compared": []}
         if misses:
-            flagged = np.array([float(base[q]["flagged"]) for q in misses])
-            share, low, high, _ = interval(
-                flagged, rng.integers(0, len(misses), size=(resamples, len(misses)))
-            )
-            head["miss_flag"] = [round(share, 3), round(low, 3), round(high, 3), len(misses)]
-        for name, got in by_system.items():
-            if name == DEFAULT:
-                continue
-            missing = [q for q in answerable if q not in got]
-            if missing:
-                raise ValueError(f"{name} has no result for {len(missing)} questions, e.g. {missing[0]}")
-            theirs = np.array([got[q]["mrr@10"] for q in answerable])
-            diff, low, high, means = interval(mine - theirs, draws)
-            rows.append(
-                {
-                    **head,
-                    "system": name,
-                    "default_mrr@10": round(float(mine.mean()), 3),
-                    "system_mrr@10": round(float(theirs.mean()), 3),
-                    "margin": round(diff, 3),
-                    "ci95": [round(low, 3), round(high, 3)],
-                    "p_reaches_goal": round(float((means >= goal).mean()), 3),
-                }
-            )
-    return rows
+            flagged = sum(bool(base[q]["flagged"]) for q in misses)
+            entry["miss_flag"] = [
+                _r(flagged / len(misses)),
+                *map(_r, wilson(flagged, len(misses))),
+                len(misses),
+            ]
+        if answerable:
+            n = len(answerable)
+            hits = int(sum(base[q]["hit@1"] for q in answerable))
+            entry["hit@1"] = [_r(hits / n), *map(_r, wilson(hits, n))]
+            draws = rng.integers(0, n, size=(resamples, n))
+            mine = np.array([base[q]["mrr@10"] for q in answerable])
+            for name, got in by_system.items():
+                if name == DEFAULT:
+                    continue
+                missing = [q for q in answerable if q not in got]
+                if missing:
+                    raise ValueError(f"{name} has no result for {len(missing)} questions, e.g. {missing[0]}")
+                theirs = np.array([got[q]["mrr@10"] for q in answerable])
+                diff = mine - theirs
+                means = diff[draws].mean(axis=1)
+                low, high = np.percentile(means, [2.5, 97.5])
+                entry["compared"].append(
+                    {
+                        "system": name,
+                        "default_mrr@10": _r(float(mine.mean())),
+                        "system_mrr@10": _r(float(theirs.mean())),
+                        "margin": _r(float(diff.mean())),
+                        "ci95": [_r(float(low)), _r(float(high))],
+                        "share_reaching_goal": _r(float((means >= goal).mean())),
+                    }
+                )
+        out.append(entry)
+    return out
 
 
-def table(name: str, rows: list[dict[str, Any]], goal: float) -> str:
-    """Markdown rows for one run."""
+def table(name: str, entries: list[dict[str, Any]], goal: float) -> str:
+    """Markdown for one run."""
     lines = [
         f"\n**{name}**\n",
-        f"| split | n | default Hit@1 (95 % CI) | system | default / system MRR@10 | margin (95 % CI) | P(margin >= {goal}) |",
+        f"| split | answerable | default Hit@1 (Wilson 95 %) | system | default / system MRR@10 "
+        f"| margin (bootstrap 95 %) | share of resamples >= {goal} |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        h = r["hit@1"]
-        lines.append(
-            f"| {r['split']} | {r['answerable']} | {h[0]:.3f} ({h[1]:.3f}-{h[2]:.3f}) | {r['system']} | "
-            f"{r['default_mrr@10']:.3f} / {r['system_mrr@10']:.3f} | {r['margin']:+.3f} "
-            f"({r['ci95'][0]:+.3f} to {r['ci95'][1]:+.3f}) | {r['p_reaches_goal']:.2f} |"
-        )
-    flags = {r["split"]: r["miss_flag"] for r in rows if "miss_flag" in r}
-    for split, (share, low, high, count) in flags.items():
-        lines.append(
-            f"\nNo-answer questions flagged, {split}: {share:.2f} of {count} (95 % CI {low:.2f}-{high:.2f})"
-        )
-    return "\n".join(lines)
+    notes = []
+    for e in entries:
+        h = e.get("hit@1")
+        hit = f"{h[0]:.3f} ({h[1]:.3f}-{h[2]:.3f})" if h else "-"
+        for c in e["compared"] or [None]:
+            if c is None:
+                lines.append(f"| {e['split']} | {e['answerable']} | {hit} | - | - | - | - |")
+                continue
+            lines.append(
+                f"| {e['split']} | {e['answerable']} | {hit} | {c['system']} | "
+                f"{c['default_mrr@10']:.3f} / {c['system_mrr@10']:.3f} | {c['margin']:+.3f} "
+                f"({c['ci95'][0]:+.3f} to {c['ci95'][1]:+.3f}) | {c['share_reaching_goal']:.2f} |"
+            )
+        if "miss_flag" in e:
+            share, low, high, count = e["miss_flag"]
+            notes.append(
+                f"No-answer questions flagged, {e['split']}: {share:.2f} of {count} (Wilson 95 % {low:.2f}-{high:.2f})"
+            )
+    return "\n".join([*lines, "", *notes])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,11 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             run = json.loads(Path(path).read_text(encoding="utf-8"))
             split_of = splits_of(run["queries"])
             rows = margins(run, split_of, args.resamples, args.seed, args.goal)
-        except (OSError, KeyError, ValueError) as exc:
+        except KeyError as exc:
+            parser.error(f"{path}: not a notes_compare.py result, it lacks the field {exc}")
+        except (OSError, ValueError) as exc:
             parser.error(f"{path}: {exc}")
         label = f"{Path(path).name} ({run.get('subset') or 'whole corpus'}; {Path(run['queries']).name})"
         print(table(label, rows, args.goal))
-        report["runs"][str(path)] = {"subset": run.get("subset"), "queries": run["queries"], "rows": rows}
+        report["runs"][str(path)] = {"subset": run.get("subset"), "queries": run["queries"], "splits": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
