@@ -29,6 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory.errors import ConfigError
+from nbmemory.eval.notes import load_queries
+from nbmemory.eval.report import write_json
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "margins.json"
 DEFAULT = "default"
@@ -52,12 +56,7 @@ def splits_of(path: str | Path) -> dict[str, str]:
     path = Path(path)
     if not path.exists():
         path = REPO / "bench" / "data" / path.name
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            raw = json.loads(line)
-            out[raw["qid"]] = raw.get("split") or "dev"
-    return out
+    return {q.qid: q.split for q in load_queries(path, "all")}
 
 
 def wilson(hits: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -189,13 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             rows = margins(run, split_of, args.resamples, args.seed, args.goal)
         except KeyError as exc:
             parser.error(f"{path}: not a notes_compare.py result, it lacks the field {exc}")
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ConfigError) as exc:
             parser.error(f"{path}: {exc}")
         label = f"{Path(path).name} ({run.get('subset') or 'whole corpus'}; {Path(run['queries']).name})"
         print(table(label, rows, args.goal))
         report["runs"][str(path)] = {"subset": run.get("subset"), "queries": run["queries"], "splits": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(report, args.out)
     return 0
 
 

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import fcntl
 import itertools
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +49,7 @@ from nbmemory.search.trace import Trace
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.subsets import present_notes, subset
+from bench.subsets import cut_folder, present_notes, subset
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
@@ -170,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     # At the same path each run (one folder per question set), so the evaluation store cache keeps
     # one store per cut instead of one per run.
     # A second run on the same set waits for the first (it would delete the first one's cuts).
-    work = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"nbm-noanswer-{args.queries.stem}"
+    work = cut_folder(f"nbm-noanswer-{args.queries.stem}")
     lock = open(work.with_name(work.name + ".lock"), "w")  # noqa: SIM115 - held until the process ends
     fcntl.flock(lock, fcntl.LOCK_EX)
     shutil.rmtree(work, ignore_errors=True)
@@ -199,39 +197,25 @@ def main(argv: list[str] | None = None) -> int:
     assert best is not None
     flagged_best, a, u, b = best
     shipped = (0.60, reject.UNSEEN_SHARE, 9.0)
-    fitted = (
-        {
-            f"fitted on {fit_on}{' (an upper bound)' if fit_on == 'test' else ''}: cosine < {a:.2f}, "
-            f"unseen >= {u:.2f}, coverage < {b:.2f}": (a, u, b, 0, False)
-        }
-        if flagged_best > 0
-        else {}
-    )
-    if not fitted:
+    rules: dict[str, tuple[float, float, float, int, bool]] = {}
+    if flagged_best > 0:
+        upper = " (an upper bound)" if fit_on == "test" else ""
+        fitted = f"fitted on {fit_on}{upper}: cosine < {a:.2f}, unseen >= {u:.2f}, coverage < {b:.2f}"
+        rules[fitted] = (a, u, b, 0, False)
+    else:
         print(
             f"no rule of this form flags a {fit_on} miss without a false flag: none fitted", file=sys.stderr
         )
-    rules = {
-        **fitted,
-        "rare words alone: cosine < 0.60, unseen words rare in English >= 0.35 and > the best match's share": (
-            *shipped,
-            0,
-            True,
-        ),
-        "before: cosine < 0.60, unseen >= 0.35, nothing flagged below 1,000 items": (*shipped, 1000, False),
-        **(
-            {
-                f"given: cosine < {extra[0]:.2f}, unseen >= {extra[1]:.2f}, coverage < {extra[2]:.2f}": (
-                    *extra,
-                    0,
-                    False,
-                )
-            }
-            if extra
-            else {}
-        ),
-        "cosine < 0.60, unseen >= 0.35 (every word, any size)": (*shipped, 0, False),
-    }
+    rare_only = (
+        "rare words alone: cosine < 0.60, unseen words rare in English >= 0.35 and > the best match's share"
+    )
+    rules[rare_only] = (*shipped, 0, True)
+    before = "before: cosine < 0.60, unseen >= 0.35, nothing flagged below 1,000 items"
+    rules[before] = (*shipped, 1000, False)
+    if extra:
+        given = f"given: cosine < {extra[0]:.2f}, unseen >= {extra[1]:.2f}, coverage < {extra[2]:.2f}"
+        rules[given] = (*extra, 0, False)
+    rules["cosine < 0.60, unseen >= 0.35 (every word, any size)"] = (*shipped, 0, False)
     table = []
     print(
         "| rule | memory | items | dev misses flagged | dev false flags | test misses flagged | test false flags |"

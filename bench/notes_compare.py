@@ -52,7 +52,7 @@ from nbmemory.eval.report import to_markdown, write_json
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.subsets import fitting, present_notes, subset
+from bench.subsets import cut_folder, fitting, present_notes, subset
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = sorted({t for q in every for t in q.targets})
         # Named like the corpus (parent and folder), so the vector cache of the whole corpus serves
         # it; at the same path each run, so the evaluation store cache keeps one store per cut.
-        cut = Path(os.environ.get("TMPDIR") or "/tmp") / f"nbm-notes-subset-{size}-{seed}"
+        cut = cut_folder(f"nbm-notes-subset-{size}-{seed}")
         shutil.rmtree(cut, ignore_errors=True)
         atexit.register(shutil.rmtree, cut, ignore_errors=True)  # also when a peer fails
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def subset(root: Path, targets: list[str], size: int, seed: int, into: Path) -> 
         (into / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / name, into / name)
     return into
+
+
+def cut_folder(name: str) -> Path:
+    """The temporary folder benchmarks cut smaller memories into: the same path each run, so the
+    evaluation store cache reuses a cut's indexed store instead of keeping one per run."""
+    return Path(tempfile.gettempdir()) / name
 
 
 def present_notes(corpus: Path) -> set[str]:

@@ -129,7 +129,16 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
     queries = tmp_path / "queries.jsonl"
     queries.write_text(
         "".join(
-            json.dumps({"qid": f"q{i:02d}", "split": "dev" if i % 2 == 0 else "test"}) + "\n"
+            json.dumps(
+                {
+                    "qid": f"q{i:02d}",
+                    "query": f"question {i}",
+                    "kind": "question",
+                    "targets": ["a.md"],
+                    "split": "dev" if i % 2 == 0 else "test",
+                }
+            )
+            + "\n"
             for i in range(4)
         ),
         encoding="utf-8",
