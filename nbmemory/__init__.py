@@ -19,9 +19,12 @@ from nbmemory.errors import (
 from nbmemory.items import Hit, Item
 
 if TYPE_CHECKING:
+    from nbmemory.ingest.indexer import IndexReport
     from nbmemory.memory import Memory
+    from nbmemory.search.config import PipelineConfig
     from nbmemory.search.filters import Filters
-    from nbmemory.search.pipeline import PipelineConfig, SearchResult
+    from nbmemory.search.result import SearchResult
+    from nbmemory.search.trace import Trace
 
 __version__ = "0.1.0"
 
@@ -30,8 +33,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "Memory": "nbmemory.memory",
     "Filters": "nbmemory.search.filters",
-    "PipelineConfig": "nbmemory.search.pipeline",
-    "SearchResult": "nbmemory.search.pipeline",
+    "PipelineConfig": "nbmemory.search.config",
+    "SearchResult": "nbmemory.search.result",
+    "Trace": "nbmemory.search.trace",
+    "IndexReport": "nbmemory.ingest.indexer",
 }
 
 
@@ -46,7 +51,7 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext nbmemory``: register the ``%mem*`` magics (imported only now, to keep this light)."""
-    from nbmemory.magics import load_ipython_extension as load
+    from nbmemory.jupyter.magics import load_ipython_extension as load
 
     load(ipython)
 
@@ -63,7 +68,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 def unload_ipython_extension(ipython: object) -> None:
     """``%unload_ext nbmemory``: close the Memory the magics opened."""
-    from nbmemory.magics import unload_ipython_extension as unload
+    from nbmemory.jupyter.magics import unload_ipython_extension as unload
 
     unload(ipython)
 
@@ -73,6 +78,7 @@ __all__ = [
     "ConfigError",
     "Filters",
     "Hit",
+    "IndexReport",
     "Item",
     "Memory",
     "ModelMismatchError",
@@ -84,5 +90,6 @@ __all__ = [
     "Settings",
     "StoreError",
     "StoreLockedError",
+    "Trace",
     "__version__",
 ]

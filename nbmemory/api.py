@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 if TYPE_CHECKING:
     from nbmemory.ingest.indexer import IndexReport
     from nbmemory.items import Hit, Item
-    from nbmemory.search.pipeline import PipelineConfig, SearchResult
+    from nbmemory.search.config import PipelineConfig
+    from nbmemory.search.result import SearchResult
     from nbmemory.store.doctor import DoctorReport
     from nbmemory.tune.versions import ModelVersion
 

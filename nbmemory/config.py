@@ -30,6 +30,24 @@ def default_home() -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".nbmemory"
 
 
+def cache_home() -> Path:
+    """Folder of derived data (ONNX exports, evaluation caches, derived thresholds):
+    ``$NBMEMORY_CACHE`` or ``~/.cache/nbmemory``."""
+    raw = os.environ.get("NBMEMORY_CACHE")
+    return Path(raw).expanduser() if raw else Path.home() / ".cache" / "nbmemory"
+
+
+def set_torch_threads(threads: int | None) -> None:
+    """``torch.set_num_threads(threads)`` unless ``threads`` is None."""
+    if threads is None:
+        return
+    if threads <= 0:
+        raise ConfigError(f"torch_threads must be greater than 0, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 @dataclass
 class Settings:
     """Everything a :class:`~nbmemory.Memory` needs to know before it opens a store.

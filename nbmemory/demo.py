@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nbmemory.search.pipeline import SearchResult
+    from nbmemory.search.result import SearchResult
 
 SAMPLE_CORPUS = Path(str(files("nbmemory") / "sample_corpus"))
 
@@ -33,8 +33,8 @@ def run_demo(
 ) -> int:
     """Index :data:`SAMPLE_CORPUS` into ``<home>/demo.duckdb`` and print ranked hits."""
     from nbmemory.config import Settings
-    from nbmemory.frontend import print_hits
     from nbmemory.memory import Memory
+    from nbmemory.options import print_hits
 
     settings = Settings(home=Path(home)) if home else Settings()
     path = Path(db) if db else settings.home / "demo.duckdb"

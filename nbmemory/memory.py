@@ -30,7 +30,9 @@ from nbmemory.items import Hit, Item
 from nbmemory.model_use import ModelUse
 from nbmemory.progress import stderr_bar
 from nbmemory.search import nearmiss, reject
-from nbmemory.search.pipeline import MAX_K, PipelineConfig, SearchPipeline, SearchResult
+from nbmemory.search.config import PipelineConfig
+from nbmemory.search.pipeline import MAX_K, SearchPipeline
+from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, passages, reembed, request_keys, vectors
 from nbmemory.store import items as item_rows

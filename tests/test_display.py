@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nbmemory.display import HitTable
 from nbmemory.items import Hit
+from nbmemory.jupyter.display import HitTable
 
 
 def _hit(i: int, more: list[int], weak: bool, cell: int | None = None) -> Hit:
@@ -34,7 +34,7 @@ def test_grouped_hits_count_their_other_chunks_and_weak_ones_sit_under_a_line() 
 def test_cells_count_from_one_and_links_carry_the_place_to_open() -> None:
     from pathlib import Path
 
-    from nbmemory.notebook_context import Links
+    from nbmemory.jupyter.notebook_context import Links
 
     notebook = _hit(1, [], False, cell=3)
     note = Hit(

@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
 from nbmemory import Memory, frontend
 from nbmemory.errors import NbMemoryError
-from nbmemory.frontend import (
+from nbmemory.options import (
     TUNE_OPTIONS,
     Option,
     filter_options,

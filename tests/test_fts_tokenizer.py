@@ -10,7 +10,7 @@ import pytest
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest.chunking import chunk_file, kind_of
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store import fts
 from tests.fts_postings import delta_then_snapshot
 

@@ -1,6 +1,6 @@
 import pytest
 
-from nbmemory.search.fusion import rrf
+from nbmemory.search.rrf import rrf
 
 
 def test_rrf_matches_hand_computed_scores() -> None:

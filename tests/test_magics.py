@@ -19,13 +19,13 @@ from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
 from nbmemory import Memory
-from nbmemory.display import SearchHits
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest import indexer
-from nbmemory.magics import IndexJob, MemoryMagics, unsaved_cells
-from nbmemory.notebook_context import Links, links_for
+from nbmemory.jupyter.display import SearchHits
+from nbmemory.jupyter.magics import MemoryMagics, WidgetIndexJob, unsaved_cells
+from nbmemory.jupyter.notebook_context import Links, links_for
+from nbmemory.jupyter.widgets import MemoryExplorer
 from nbmemory.safety import ContextBlock
-from nbmemory.widgets import MemoryExplorer
 
 XSS = ["<script>alert('x')</script> vpn gateway note", "vpn <img src=x onerror=alert(1)> image note"]
 
@@ -500,10 +500,10 @@ def test_memindex_bar_counts_the_embedding(
     notes = write_notes(tmp_path / "notes", 4)
     seen: list[tuple[int, int]] = []
     embedded: list[int] = []
-    original = IndexJob.progress
+    original = WidgetIndexJob.progress
     embed = fake_mem.embedder.embed_documents
 
-    def record(self: IndexJob, done: int, total: int, path: str) -> None:
+    def record(self: WidgetIndexJob, done: int, total: int, path: str) -> None:
         seen.append((done, total))
         original(self, done, total, path)
 
@@ -512,7 +512,7 @@ def test_memindex_bar_counts_the_embedding(
         embedded.append(seen[-1][0])
         return embed(texts, progress=progress)
 
-    monkeypatch.setattr(IndexJob, "progress", record)
+    monkeypatch.setattr(WidgetIndexJob, "progress", record)
     monkeypatch.setattr(fake_mem.embedder, "embed_documents", counting_embed)
     with capture_output():
         ip.run_line_magic("memindex", str(notes))
@@ -567,20 +567,20 @@ def test_memindex_interrupted_keeps_committed_batches(
     notes = write_notes(tmp_path / "notes", 5)
     # One file per batch, so each file is committed before the next is read.
     monkeypatch.setattr(indexer, "BATCH_CHUNKS", 1)
-    original = IndexJob.progress
+    original = WidgetIndexJob.progress
 
-    def interrupt_at_third(self: IndexJob, done: int, total: int, path: str) -> None:
+    def interrupt_at_third(self: WidgetIndexJob, done: int, total: int, path: str) -> None:
         if done == 3:
             raise KeyboardInterrupt
         original(self, done, total, path)
 
-    monkeypatch.setattr(IndexJob, "progress", interrupt_at_third)
+    monkeypatch.setattr(WidgetIndexJob, "progress", interrupt_at_third)
     with capture_output():
         ip.run_line_magic("memindex", str(notes))
     assert "indexing stopped" in magics_of(ip).index_job.label.value  # type: ignore[union-attr]
     assert magics_of(ip).index_job.cancelled  # type: ignore[union-attr]
     assert fake_mem.stats()["documents"] == 2
-    monkeypatch.setattr(IndexJob, "progress", original)
+    monkeypatch.setattr(WidgetIndexJob, "progress", original)
     with capture_output():
         ip.run_line_magic("memindex", str(notes))
     assert fake_mem.stats()["documents"] == 5
@@ -591,7 +591,7 @@ def test_cancel_button_stops_indexing(
 ) -> None:
     notes = write_notes(tmp_path / "notes", 5)
     monkeypatch.setattr(indexer, "BATCH_CHUNKS", 1)
-    job = IndexJob([str(notes)], None, use_widget=True)
+    job = WidgetIndexJob([str(notes)], None, use_widget=True)
     step = job.progress
 
     def press_cancel_at_third(done: int, total: int, path: str) -> None:
@@ -721,7 +721,7 @@ def test_import_nbmemory_does_not_import_ipython_magics() -> None:
     import subprocess
     import sys
 
-    code = "import sys, nbmemory; print('nbmemory.magics' in sys.modules, 'ipywidgets' in sys.modules)"
+    code = "import sys, nbmemory; print('nbmemory.jupyter.magics' in sys.modules, 'ipywidgets' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True
     )

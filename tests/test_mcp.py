@@ -31,14 +31,14 @@ from mcp.types import CallToolResult
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.items import Hit
-from nbmemory.mcp_server import MemoryTools, Policy
+from nbmemory.mcp import MemoryTools, Policy
 from nbmemory.remote import connect
-from nbmemory.search.pipeline import SearchResult
+from nbmemory.search.result import SearchResult
 from nbmemory.search.trace import Trace
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = (
-    "import sys; from nbmemory import cli; from nbmemory.embed import FakeEmbedder; real = cli._memory; "
+    "import sys; from nbmemory.cli import main as cli; from nbmemory.embed import FakeEmbedder; real = cli._memory; "
     "cli._memory = lambda a, **k: real(a, embedder=FakeEmbedder(dim=32), **k); raise SystemExit(cli.main())"
 )
 TOOLS = {"search", "remember", "forget", "get", "related", "context", "stats", "index"}

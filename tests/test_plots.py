@@ -13,14 +13,14 @@ import polars as pl
 import pytest
 
 from nbmemory import ConfigError, Memory, PipelineConfig
-from nbmemory.plots import (
+from nbmemory.jupyter.plots import (
     candidate_frame,
     contribution,
     distance_relevance,
     rank_scatter,
     score_distributions,
 )
-from nbmemory.search.pipeline import SearchResult
+from nbmemory.search.result import SearchResult
 from nbmemory.search.trace import Stage, Trace
 
 
@@ -220,7 +220,7 @@ def test_interactive_charts_zoom_and_select() -> None:
 
 
 def test_a_renderer_the_user_chose_is_left_alone() -> None:
-    from nbmemory.plots import use_offline_charts
+    from nbmemory.jupyter.plots import use_offline_charts
 
     before = alt.renderers.active, dict(alt.renderers.options)
     alt.renderers.enable("svg")

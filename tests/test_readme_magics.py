@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nbmemory.magics import MemoryMagics
+from nbmemory.jupyter.magics import MemoryMagics
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 OPTION = re.compile(r"(?<![\w-])--?[a-z][\w-]*")

@@ -166,7 +166,7 @@ def test_sustained_shared_use_with_owner_kill(tmp_path: Path) -> None:
 
 def test_wire_round_trips_results_and_refuses_unknown_types(fake_mem: Memory) -> None:
     from nbmemory.remote import wire
-    from nbmemory.search.pipeline import PipelineConfig
+    from nbmemory.search.config import PipelineConfig
 
     fake_mem.remember("wire format check", tags=["t"])
     result = fake_mem.search("wire format", k=3)

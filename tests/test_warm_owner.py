@@ -49,7 +49,7 @@ CLI = textwrap.dedent(
     daemon.serve = fake_serve
     heavy = ("duckdb", "numpy", "torch", "sentence_transformers")
     atexit.register(lambda: print("HEAVY", json.dumps([m for m in heavy if m in sys.modules]), file=sys.stderr))
-    from nbmemory import cli
+    from nbmemory.cli import main as cli
     raise SystemExit(cli.main())
     """
 )

@@ -13,8 +13,8 @@ import altair as alt
 import pytest
 
 from nbmemory import Memory
-from nbmemory.notebook_context import Links
-from nbmemory.widgets import MemoryExplorer
+from nbmemory.jupyter.notebook_context import Links
+from nbmemory.jupyter.widgets import MemoryExplorer
 
 NOTES = [
     ("Deploys need the VPN on; staging uses the 10.2 subnet.", "work", ["ops"]),

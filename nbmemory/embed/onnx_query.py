@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory.config import cache_home
+
 #: Largest difference from sentence-transformers' vector, on any probe, for the export to be used.
 TOLERANCE = 1e-5
 #: Exports kept in the cache, the most recently used: each is the model's full weights (about
@@ -36,8 +38,7 @@ PROBES = (
 
 
 def _cache_dir() -> Path:
-    raw = os.environ.get("NBMEMORY_CACHE")
-    return (Path(raw).expanduser() if raw else Path.home() / ".cache" / "nbmemory") / "onnx"
+    return cache_home() / "onnx"
 
 
 def prune_exports(folder: Path, keep: Path, count: int = KEEP_EXPORTS) -> list[Path]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nbmemory.config import cache_home
 from nbmemory.embed.base import Embedder, ProgressFn
 
 #: Texts embedded (and written to the cache) per block.
@@ -30,9 +31,7 @@ BLOCK = 1024
 
 def cache_root() -> Path:
     """``$NBMEMORY_CACHE/eval``, or ``~/.cache/nbmemory/eval`` when it is unset."""
-    raw = os.environ.get("NBMEMORY_CACHE")
-    base = Path(raw).expanduser() if raw else Path.home() / ".cache" / "nbmemory"
-    return base / "eval"
+    return cache_home() / "eval"
 
 
 def text_key(text: str) -> bytes:

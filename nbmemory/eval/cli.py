@@ -177,7 +177,7 @@ def cmd_eval_tune_beir(args: argparse.Namespace) -> int:
 
     if args.output and len(args.data) > 1:
         raise ConfigError("--output names one model folder: give one --data folder with it")
-    from nbmemory.eval.harness import set_torch_threads
+    from nbmemory.config import set_torch_threads
 
     set_torch_threads(args.torch_threads)
     log = None if getattr(args, "quiet", False) else _log

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from nbmemory.config import set_torch_threads
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
 from nbmemory.eval.beir import BeirDataset, load
@@ -45,7 +46,7 @@ from nbmemory.eval.cache import CachedEmbedder, cache_root
 from nbmemory.eval.metrics import evaluate, rank_run
 from nbmemory.ingest.chunking import MAX_CHARS, chunk_text
 from nbmemory.memory import Memory
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store.migrations import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -156,17 +157,6 @@ def make_embedder(model: str | None = None, device: str | None = None) -> Embedd
     from nbmemory.embed.loader import load_model
 
     return load_model(model or DEFAULT_MODEL, device)
-
-
-def set_torch_threads(threads: int | None) -> None:
-    """``torch.set_num_threads(threads)`` unless ``threads`` is None."""
-    if threads is None:
-        return
-    if threads <= 0:
-        raise ConfigError(f"torch_threads must be greater than 0, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)

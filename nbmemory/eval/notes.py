@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytrec_eval
 
+from nbmemory.config import set_torch_threads
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
 from nbmemory.eval.cache import CachedEmbedder
@@ -51,12 +52,11 @@ from nbmemory.eval.harness import (
     cached_store,
     make_embedder,
     resolve_configs,
-    set_torch_threads,
 )
 from nbmemory.eval.metrics import rank_run
 from nbmemory.ingest.indexer import walk
 from nbmemory.memory import Memory
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store.migrations import SCHEMA_VERSION
 
 if TYPE_CHECKING:

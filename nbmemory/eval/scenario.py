@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 
 if TYPE_CHECKING:
     import polars as pl
@@ -811,8 +811,9 @@ def evaluate_scenario(
     -------
     ScenarioResult
     """
+    from nbmemory.config import set_torch_threads
     from nbmemory.eval.cache import CachedEmbedder
-    from nbmemory.eval.harness import make_embedder, resolve_configs, set_torch_threads
+    from nbmemory.eval.harness import make_embedder, resolve_configs
     from nbmemory.memory import Memory
 
     started = time.perf_counter()

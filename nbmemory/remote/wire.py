@@ -27,8 +27,8 @@ _MODULES = {
     "Item": "nbmemory.items",
     "Stage": "nbmemory.search.trace",
     "Trace": "nbmemory.search.trace",
-    "SearchResult": "nbmemory.search.pipeline",
-    "PipelineConfig": "nbmemory.search.pipeline",
+    "SearchResult": "nbmemory.search.result",
+    "PipelineConfig": "nbmemory.search.config",
     "IndexReport": "nbmemory.ingest.indexer",
     "ModelVersion": "nbmemory.tune.versions",
     "Check": "nbmemory.store.doctor",
@@ -38,7 +38,7 @@ _MODULES = {
 
 def _default(value: Any) -> Any:
     # The one JSON encoder of the front ends, tagging what _hook rebuilds on the other side.
-    from nbmemory.frontend import to_jsonable
+    from nbmemory.options import to_jsonable
 
     return to_jsonable(value, tagged=True)
 

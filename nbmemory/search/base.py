@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -132,3 +132,13 @@ class Retriever(Protocol):
     def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
         """The best ``depth`` items matching ``filters``, best first."""
         ...
+
+
+def retriever_ranks(found: Mapping[str, Retrieved]) -> dict[str, dict[int, int]]:
+    """Retriever -> item -> its 1-based rank there."""
+    return {name: {doc: r for r, doc in enumerate(got.ids, start=1)} for name, got in found.items()}
+
+
+def retriever_scores(found: Mapping[str, Retrieved]) -> dict[str, dict[int, float]]:
+    """Retriever -> item -> the retriever's own score."""
+    return {name: got.scores for name, got in found.items()}

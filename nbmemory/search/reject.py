@@ -186,14 +186,14 @@ def far_from_everything(
 
 def thresholds_path(fingerprint: str) -> Path:
     """Where thresholds a user derived live: ``<eval cache>/thresholds/<fingerprint>.json``."""
-    from nbmemory.eval.cache import cache_root
+    from nbmemory.config import cache_home
 
-    return cache_root() / "thresholds" / f"{fingerprint}.json"
+    return cache_home() / "eval" / "thresholds" / f"{fingerprint}.json"
 
 
 def bundled_thresholds_path(fingerprint: str) -> Path:
-    """Thresholds shipped with nbmemory for a model: ``nbmemory/eval/thresholds/<fingerprint>.json``."""
-    return Path(__file__).resolve().parent.parent / "eval" / "thresholds" / f"{fingerprint}.json"
+    """Thresholds shipped with nbmemory for a model: ``nbmemory/search/thresholds/<fingerprint>.json``."""
+    return Path(__file__).resolve().parent / "thresholds" / f"{fingerprint}.json"
 
 
 def load_thresholds(fingerprint: str, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from nbmemory.errors import ConfigError
-from nbmemory.search.fusion import rrf
+from nbmemory.search.rrf import rrf
 
 
 class Reranker(Protocol):

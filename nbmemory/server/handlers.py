@@ -22,21 +22,21 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
+from nbmemory import PipelineConfig
 from nbmemory.errors import NbMemoryError, NotFoundError
-from nbmemory.frontend import (
+from nbmemory.jobs import IndexJob, TuneJob, error_text
+from nbmemory.options import (
     TUNE_OPTIONS,
     filter_options,
     link_outside,
     owned_memory,
     pipeline_config,
+    query_sources,
     search_filters,
     to_jsonable,
     tune_options,
 )
-from nbmemory.search.pipeline import PipelineConfig
 from nbmemory.server.state import ServerState
-from nbmemory.tune.job import TuneJob
-from nbmemory.tune.mine import QUERY_SOURCES
 
 MAX_K = 200
 MAX_NAMESPACE = 200
@@ -56,29 +56,6 @@ TUNE_MINIMUMS = {"max_queries": 1, "max_steps": 0, "seed": 0}
 def _fail(status: int, message: str) -> tornado.web.HTTPError:
     # No args: tornado would %-format log_message, and a message may hold a '%'.
     return tornado.web.HTTPError(status, message.replace("%", "%%"))
-
-
-@dataclasses.dataclass
-class IndexJob:
-    """One background ``index`` run and its progress."""
-
-    id: str
-    paths: list[str]
-    namespace: str | None
-    state: str = "queued"  # queued, running, done, error
-    done: int = 0
-    total: int = 0
-    current: str | None = None
-    report: dict[str, Any] | None = None
-    error: str | None = None
-    started: float = dataclasses.field(default_factory=time.time)
-    finished: float | None = None
-
-    def to_dict(self, root: Path) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["paths"] = [_relative(p, root) for p in self.paths]
-        data["current"] = _relative(self.current, root) if self.current else None
-        return data
 
 
 def _relative(path: str | None, root: Path) -> str | None:
@@ -164,7 +141,7 @@ class MemoryHandler(APIHandler):
         return number
 
     def search_filters(self) -> dict[str, Any]:
-        """The search filters of the query string (:func:`~nbmemory.frontend.filter_options`), as
+        """The search filters of the query string (:func:`~nbmemory.options.filter_options`), as
         :meth:`~nbmemory.Memory.search` keywords."""
         values: dict[str, Any] = {}
         for option in filter_options():
@@ -421,29 +398,6 @@ class RelatedHandler(MemoryHandler):
         self.reply({"id": item_id, "hits": self.hits(hits)})
 
 
-def _run_index(memory: Any, job: IndexJob) -> None:
-    """Run one job, recording progress into it (called in the job thread)."""
-
-    def progress(done: int, total: int, path: str) -> None:
-        job.done, job.total, job.current = done, total, path
-
-    job.state = "running"
-    try:
-        # In the owner the progress callback reports file by file (the shared memory serialises
-        # the call with its other requests); a client of another owner only sees the end.
-        report = memory.index(*job.paths, namespace=job.namespace, progress=progress)
-        job.report = dataclasses.asdict(report)
-        job.report["summary"] = report.summary()
-        job.done = job.total = max(job.total, report.files_seen)
-        job.state = "done"
-    except Exception as exc:  # reported through GET index/<job>, never lost in a thread
-        job.error = _error_text(exc)
-        job.state = "error"
-    finally:
-        job.current = None
-        job.finished = time.time()
-
-
 class IndexHandler(MemoryHandler):
     """``POST /nbmemory/index`` with ``{paths: [...]}`` or ``{path}``: starts a job (202)."""
 
@@ -476,10 +430,12 @@ class IndexHandler(MemoryHandler):
                     f"{shown} links to a file outside the server root: remove the link, or index the "
                     "files inside the root one by one",
                 )
-        job = IndexJob(uuid.uuid4().hex[:12], [str(p) for p in resolved], namespace)
+        job = IndexJob([str(p) for p in resolved], namespace)
         state.jobs[job.id] = job
-        state.job_executor.submit(lambda: _run_index(state.memory(), job))
-        self.reply(job.to_dict(state.root_dir), status=202)
+        # In the owner the progress callback reports file by file (the shared memory serialises
+        # the call with its other requests); a client of another owner only sees the end.
+        job.start(state.memory, executor=state.job_executor)
+        self.reply(job.to_dict(lambda p: _relative(p, state.root_dir)), status=202)
 
 
 class IndexJobHandler(MemoryHandler):
@@ -490,16 +446,11 @@ class IndexJobHandler(MemoryHandler):
         job = self.state.jobs.get(job_id)
         if job is None:
             raise _fail(404, f"no index job {job_id!r}")
-        self.reply(job.to_dict(self.state.root_dir))
-
-
-def _error_text(exc: BaseException) -> str:
-    """What a job reports of its error: nbmemory's own messages as they are, others with their type."""
-    return str(exc) if isinstance(exc, NbMemoryError) else f"{type(exc).__name__}: {exc}"
+        self.reply(job.to_dict(lambda p: _relative(p, self.state.root_dir)))
 
 
 def _tune_values(body: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`~nbmemory.frontend.TUNE_OPTIONS` values a request body asks for, defaults for the
+    """The :data:`~nbmemory.options.TUNE_OPTIONS` values a request body asks for, defaults for the
     keys it leaves out; 400 for an unknown key or a value of the wrong type."""
     unknown = sorted(set(body) - set(TUNE_KEYS))
     if unknown:
@@ -536,9 +487,9 @@ def _query_sources(value: Any) -> str:
     if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
         raise _fail(400, f"query_source must be a list of strings or a comma-separated string, got {value!r}")
     sources = [p.strip() for p in parts if p.strip()]
-    bad = [s for s in sources if s not in QUERY_SOURCES]
+    bad = [s for s in sources if s not in query_sources()]
     if bad or not sources:
-        raise _fail(400, f"query_source must name one or more of {', '.join(QUERY_SOURCES)}, got {value!r}")
+        raise _fail(400, f"query_source must name one or more of {', '.join(query_sources())}, got {value!r}")
     return ",".join(sources)
 
 
@@ -557,7 +508,7 @@ def _tune_dict(job_id: str, job: TuneJob) -> dict[str, Any]:
     """What ``GET tune/<job>`` answers: where the run is, and at the end its verdict or error."""
     report: dict[str, Any] | None = None
     if job.state == "failed":
-        report = {"error": _error_text(job.error) if job.error else "failed"}
+        report = {"error": error_text(job.error) if job.error else "failed"}
     elif job.state == "done":
         report = {"adopted": job.report.adopted, "version": job.report.version, "reason": job.report.reason}
     return {
@@ -572,7 +523,7 @@ def _tune_dict(job_id: str, job: TuneJob) -> dict[str, Any]:
 
 class TuneHandler(MemoryHandler):
     """``POST /nbmemory/tune`` with optional tuning options (``{epochs, max_steps, query_source, ...}``,
-    the names of :data:`~nbmemory.frontend.TUNE_OPTIONS`): starts a run (202, the job).
+    the names of :data:`~nbmemory.options.TUNE_OPTIONS`): starts a run (202, the job).
 
     One run at a time per server: a second POST while one runs answers 409 with the running
     job's id and status line. Tuning runs only in the process that owns the memory file.

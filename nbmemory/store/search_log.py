@@ -73,7 +73,7 @@ class SearchLog:
                     "FROM _nbm_counts t WHERE chunks.id = t.id",
                 )
                 # Rows held for searches keep their old counters: the recency stage, the only
-                # reader, reads them afresh (nbmemory.search.pipeline._Pool.meta).
+                # reader, reads them afresh (nbmemory.search.pool.Pool.meta).
             self.db.con.executemany(
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [[log_id, *entry] for log_id, entry in zip(log_ids, pending, strict=True)],

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbmemory.eval.metrics import evaluate, rank_run
-from nbmemory.search.fusion import rrf
+from nbmemory.search.rrf import rrf
 
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbmemory.errors import ConfigError
-from nbmemory.search.fusion import rrf
+from nbmemory.search.rrf import rrf
 from nbmemory.store.chunks import embedding_text
 
 if TYPE_CHECKING:
@@ -289,7 +289,8 @@ class PipelineRetriever:
     """
 
     def __init__(self, db: Database, embedder: Embedder, depth: int = DEPTH) -> None:
-        from nbmemory.search.pipeline import PipelineConfig, SearchPipeline
+        from nbmemory.search.config import PipelineConfig
+        from nbmemory.search.pipeline import SearchPipeline
 
         self.db = db
         self.known = _KnownQueries(embedder, {})

@@ -40,7 +40,7 @@ from nbmemory.tune.train import TrainConfig, TrainReport, train_model
 if TYPE_CHECKING:
     from nbmemory.config import Settings
     from nbmemory.embed.base import Embedder
-    from nbmemory.search.pipeline import PipelineConfig
+    from nbmemory.search.config import PipelineConfig
     from nbmemory.store.db import Database
 
 #: Query sources ``nbmemory tune`` mines by default. Titles won on BEIR (SciFact +0.008 NDCG@10

@@ -13,7 +13,7 @@ from nbmemory.errors import ConfigError
 from nbmemory.eval import harness
 from nbmemory.eval.harness import IndexOptions, evaluate_beir, resolve_configs, stage_toggles
 from nbmemory.memory import Memory
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store.db import Database
 
 SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "beir" / "scifact"

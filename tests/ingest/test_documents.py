@@ -16,7 +16,7 @@ from nbmemory.errors import BadFileError
 from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.indexer import IndexReport
 from nbmemory.items import Hit
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store.db import Database
 from nbmemory.store.migrations import SCHEMA_VERSION
 

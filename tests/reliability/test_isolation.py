@@ -492,7 +492,7 @@ def test_memsearch_with_ns_and_with_the_configured_namespace(
 def test_memcontext_memrelated_and_the_explorer_keep_to_the_namespace(shell: Any, data: Dataset) -> None:
     from IPython.utils.capture import capture_output
 
-    from nbmemory.widgets import MemoryExplorer
+    from nbmemory.jupyter.widgets import MemoryExplorer
 
     magics = shell.magics_manager.registry["MemoryMagics"]
     for ns in (SMALL, "A'b", "työ"):

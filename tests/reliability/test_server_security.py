@@ -483,8 +483,8 @@ def _payload_hit(i: int, payload: str) -> Hit:
 
 
 def test_notebook_displays_escape_every_stored_field() -> None:
-    from nbmemory.display import HitTable, ItemView, StatsView, TextBlock
-    from nbmemory.notebook_context import Links
+    from nbmemory.jupyter.display import HitTable, ItemView, StatsView, TextBlock
+    from nbmemory.jupyter.notebook_context import Links
     from nbmemory.safety import build_context
 
     links = Links(root=Path("/tmp"), notebook_dir=Path("/tmp"), base_url="/")
@@ -508,7 +508,7 @@ def test_notebook_displays_escape_every_stored_field() -> None:
 
 def test_the_explorer_widget_escapes_every_stored_field(tmp_path: Path) -> None:
     from nbmemory import Memory
-    from nbmemory.widgets import MemoryExplorer
+    from nbmemory.jupyter.widgets import MemoryExplorer
 
     with Memory(tmp_path / "w.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
         for i, payload in enumerate(XSS):
@@ -528,9 +528,9 @@ def test_the_explorer_widget_escapes_every_stored_field(tmp_path: Path) -> None:
 
 
 def test_index_progress_labels_escape_file_names(tmp_path: Path) -> None:
-    from nbmemory.magics import IndexJob
+    from nbmemory.jupyter.magics import WidgetIndexJob
 
-    job = IndexJob([str(tmp_path)], None, use_widget=True)
+    job = WidgetIndexJob([str(tmp_path)], None, use_widget=True)
     job.progress(1, 2, str(tmp_path / "<img src=x onerror=alert(1)>.md"))
     assert markup_problems(job.label.value) == []
 

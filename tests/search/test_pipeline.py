@@ -12,7 +12,7 @@ import pytest
 
 from nbmemory.memory import Memory
 from nbmemory.search import rerank as rerank_mod
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store.db import utcnow
 
 NOTES = [

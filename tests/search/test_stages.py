@@ -12,10 +12,10 @@ import pytest
 from nbmemory.search.adaptive import fusion_weights, identifiers
 from nbmemory.search.decay import ItemSignals, recency_factor
 from nbmemory.search.dedup import dedup
-from nbmemory.search.fusion import rrf
 from nbmemory.search.mmr import mmr
 from nbmemory.search.reject import RARE_ZIPF, Thresholds, Unseen, rare, unseen
 from nbmemory.search.rerank import blend, gate
+from nbmemory.search.rrf import rrf
 from nbmemory.search.supersede import demote
 
 

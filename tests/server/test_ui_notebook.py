@@ -1,7 +1,7 @@
 """What a notebook user sees: magics and charts run in a real kernel in JupyterLab, offline.
 
 Uses the harness of :mod:`tests.server.test_ui` (Debian Chromium, a real ``jupyter lab`` with no
-network). A notebook loads the extension, draws a chart from :mod:`nbmemory.plots`, runs
+network). A notebook loads the extension, draws a chart from :mod:`nbmemory.jupyter.plots`, runs
 ``%memsearch``, ``%memindex`` of a missing path and the explorer; the tests check that the chart
 is drawn with marks (vega loaded from the package, not a CDN), that each magic cell has exactly
 one output, and that no output holds library chatter. Screenshots go to ``docs/screenshots/``.
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.ui
 
 CELLS = [
     "%load_ext nbmemory",
-    "from nbmemory import plots\n\n"
+    "from nbmemory.jupyter import plots\n\n"
     "mem = %memory\n"
     'result = mem.search("how did I handle token rotation", k=8)\n'
     "plots.rank_scatter(result)",

@@ -16,8 +16,8 @@ from traitlets.config import Config
 from nbmemory import Memory
 from nbmemory.embed import SentenceTransformerEmbedder
 from nbmemory.errors import NbMemoryError
-from nbmemory.magics import MemoryMagics
-from nbmemory.tune.job import TuneJob
+from nbmemory.jobs import TuneJob
+from nbmemory.jupyter.magics import MemoryMagics
 
 
 @pytest.fixture(scope="module")

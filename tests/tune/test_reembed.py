@@ -13,7 +13,7 @@ import pytest
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
-from nbmemory.search.pipeline import PipelineConfig
+from nbmemory.search.config import PipelineConfig
 from nbmemory.store import hot, vectors
 from nbmemory.store.chunks import embedding_text
 

@@ -12,7 +12,6 @@ import html
 import json
 import re
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -32,10 +31,12 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, validate
 
-from nbmemory.display import SearchHits
 from nbmemory.errors import NbMemoryError
-from nbmemory.frontend import (
+from nbmemory.jobs import IndexJob, TuneJob
+from nbmemory.jupyter.display import SearchHits
+from nbmemory.options import (
     CHUNKS,
+    KINDS,
     RETRIEVERS,
     TUNE_OPTIONS,
     filter_options,
@@ -45,21 +46,17 @@ from nbmemory.frontend import (
     search_filters,
     tune_options,
 )
-from nbmemory.search.filters import KINDS
-from nbmemory.tune.job import TuneJob
 
 if TYPE_CHECKING:
-    from nbmemory.ingest.indexer import IndexReport
+    from nbmemory import IndexReport, SearchResult
+    from nbmemory.jupyter.notebook_context import Links
+    from nbmemory.jupyter.widgets import MemoryExplorer
     from nbmemory.memory import Memory
-    from nbmemory.notebook_context import Links
     from nbmemory.remote.shared import SharedMemory
-    from nbmemory.search.pipeline import SearchResult
-    from nbmemory.widgets import MemoryExplorer
 
 __all__ = [
-    "IndexCancelled",
-    "IndexJob",
     "MemoryMagics",
+    "WidgetIndexJob",
     "load_ipython_extension",
     "unload_ipython_extension",
     "unsaved_cells",
@@ -150,25 +147,12 @@ def _words(words: list[str], what: str, example: str) -> str:
     return text
 
 
-class IndexCancelled(Exception):
-    """Raised from the indexer's progress callback to stop a run that was cancelled."""
-
-
-class IndexJob:
-    """One ``%memindex`` run: its progress widget, its report, and a way to stop it.
-
-    Cancelling stops before the next file; every batch the indexer committed stays indexed.
-    """
+class WidgetIndexJob(IndexJob):
+    """An :class:`~nbmemory.jobs.IndexJob` drawn in the notebook: a progress bar, the file being
+    read, a Cancel button, and the report in place of the bar when it ends."""
 
     def __init__(self, paths: list[str], namespace: str | None, use_widget: bool, note: str = "") -> None:
-        self.paths = paths
-        self.namespace = namespace
-        self.note = note
-        self.report: IndexReport | None = None
-        self.error: BaseException | None = None
-        self.cancelled = False
-        self._cancel = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(paths, namespace, note=note, on_progress=self._draw, on_end=self._finish)
         self._bar: Any = None
         self.widget: Any = None
         if use_widget:
@@ -180,66 +164,19 @@ class IndexJob:
             self.cancel_button.on_click(lambda _: self.cancel())
             self.widget = widgets.VBox([widgets.HBox([self._bar, self.cancel_button]), self.label])
 
-    def cancel(self) -> None:
-        """Stop before the next file (what is committed stays)."""
-        self._cancel.set()
+    def run(self, memory: Any) -> IndexReport | None:
+        """Index in the calling thread (:meth:`IndexJob.run`), a user's mistake as a UsageError."""
+        with _as_usage_errors():
+            return super().run(memory)
 
-    def progress(self, done: int, total: int, path: str) -> None:
-        """Indexer callback: update the bar, and stop here when cancelled."""
-        if self._cancel.is_set():
-            raise IndexCancelled(f"cancelled at {done} of {total} files")
+    def _draw(self, job: IndexJob) -> None:
         if self._bar is not None:
-            self._bar.max = max(total, 1)
-            self._bar.value = done
-            self.label.value = f"<small>{done}/{total} {html.escape(Path(path).name)}</small>"
+            self._bar.max = max(job.files_total, 1)
+            self._bar.value = job.files_done
+            name = Path(job.current).name if job.current else ""
+            self.label.value = f"<small>{job.files_done}/{job.files_total} {html.escape(name)}</small>"
 
-    def run(self, memory: Memory | SharedMemory) -> IndexReport | None:
-        """Index in the calling thread; an interrupt or :meth:`cancel` keeps committed batches."""
-        try:
-            with _as_usage_errors():
-                self.report = memory.index(*self.paths, namespace=self.namespace, progress=self.progress)
-        except (KeyboardInterrupt, IndexCancelled):
-            self.cancelled = True
-        except BaseException as exc:
-            self.error = exc
-            raise
-        finally:
-            self._finish()
-        return self.report
-
-    def start(self, memory: Memory | SharedMemory) -> None:
-        """Index in a background thread; the Cancel button (or :meth:`cancel`) stops it."""
-
-        def work() -> None:
-            # The error is kept on self.error and shown in the widget; a thread has no one to tell.
-            with suppress(BaseException):
-                self.run(memory)
-
-        self._thread = threading.Thread(target=work, name="nbmemory-index", daemon=True)
-        self._thread.start()
-
-    def wait(self, timeout: float | None = None) -> IndexReport | None:
-        """Block until a background run ends; return its report (None if cancelled)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.report
-
-    @property
-    def done(self) -> bool:
-        return self._thread is None or not self._thread.is_alive()
-
-    def summary(self) -> str:
-        """The one report of the run: what was indexed, the skipped files and why, or why it stopped."""
-        if self.error is not None:
-            return f"indexing failed: {self.error}"
-        if self.cancelled or self.report is None:
-            return "indexing stopped: every batch committed before the stop is kept (run %memindex again to finish)"
-        lines = [self.note] if self.note else []
-        lines.append(self.report.summary())
-        lines += [f"skipped {path}: {reason}" for path, reason in self.report.skipped]
-        return "\n".join(lines)
-
-    def _finish(self) -> None:
+    def _finish(self, job: IndexJob) -> None:
         if self.widget is None:
             return
         self.cancel_button.disabled = True
@@ -298,7 +235,7 @@ class MemoryMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self._memory: Memory | SharedMemory | None = None
         self._owns_memory = False
-        self.index_job: IndexJob | None = None
+        self.index_job: WidgetIndexJob | None = None
         self.tune_job: TuneJob | None = None
         self._tune_show: Callable[..., None] | None = None
         self.last_result: SearchResult | None = None
@@ -356,7 +293,7 @@ class MemoryMagics(Magics):
         return filters
 
     def _links(self) -> Links:
-        from nbmemory.notebook_context import links_for
+        from nbmemory.jupyter.notebook_context import links_for
 
         return links_for(self.shell, self.server_root)
 
@@ -367,7 +304,7 @@ class MemoryMagics(Magics):
         return self.progress == "widget"
 
     def _hit_table(self, result: SearchResult, title: str) -> Any:
-        from nbmemory.display import HitTable
+        from nbmemory.jupyter.display import HitTable
 
         return HitTable(result.hits, title=title, links=self._links())
 
@@ -436,8 +373,7 @@ class MemoryMagics(Magics):
             %memrelated 42 -k 5
         """
         args = _parse(self.memrelated, _without_semicolon(line))
-        from nbmemory.search.pipeline import SearchResult
-        from nbmemory.search.trace import Trace
+        from nbmemory import SearchResult, Trace
 
         with _as_usage_errors():
             hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)
@@ -649,7 +585,7 @@ class MemoryMagics(Magics):
         if not paths:
             path, note = self._this_notebook()
             paths = [str(path)]
-        job = IndexJob(paths, self._write_ns(args.ns), use_widget=self._use_widgets(), note=note)
+        job = WidgetIndexJob(paths, self._write_ns(args.ns), use_widget=self._use_widgets(), note=note)
         self.index_job = job
         if job.widget is not None:
             if not args.background:
@@ -658,7 +594,8 @@ class MemoryMagics(Magics):
             # One display per job: the bar while it runs, then the report in its label.
             display(job.widget)
         if args.background:
-            job.start(self.memory)
+            memory = self.memory
+            job.start(lambda: memory)
             return
         if job.widget is not None:
             job.run(self.memory)
@@ -671,7 +608,7 @@ class MemoryMagics(Magics):
             job.run(self.memory)
         print(job.summary().removeprefix(note).lstrip("\n"))
 
-    def _index_with_text_bar(self, job: IndexJob) -> None:
+    def _index_with_text_bar(self, job: WidgetIndexJob) -> None:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=0, desc="indexing", unit="file", file=sys.stderr, leave=False)
@@ -691,7 +628,7 @@ class MemoryMagics(Magics):
 
     def _this_notebook(self) -> tuple[Path, str]:
         """The notebook ``%memindex`` indexes with no path, and a line that says which."""
-        from nbmemory.notebook_context import current_notebook, history_notebook
+        from nbmemory.jupyter.notebook_context import current_notebook, history_notebook
 
         found = current_notebook(self.shell)
         if found is not None:
@@ -823,7 +760,7 @@ class MemoryMagics(Magics):
 
             print(json.dumps(asdict(item), indent=2, default=str, ensure_ascii=False))
             return
-        from nbmemory.display import ItemView
+        from nbmemory.jupyter.display import ItemView
 
         display(ItemView(item, links=self._links()))
 
@@ -843,7 +780,7 @@ class MemoryMagics(Magics):
         if args.json:
             print(json.dumps(stats, indent=2, default=str))
             return
-        from nbmemory.display import StatsView
+        from nbmemory.jupyter.display import StatsView
 
         display(StatsView(stats))
 
@@ -863,7 +800,7 @@ class MemoryMagics(Magics):
             %memexplore token rotation --ns work
         """
         args = _parse(self.memexplore, line)
-        from nbmemory.widgets import MemoryExplorer
+        from nbmemory.jupyter.widgets import MemoryExplorer
 
         with _as_usage_errors():
             return MemoryExplorer(

@@ -22,8 +22,8 @@ import polars as pl
 from nbmemory.errors import ConfigError
 
 if TYPE_CHECKING:
+    from nbmemory import SearchResult
     from nbmemory.items import Hit
-    from nbmemory.search.pipeline import SearchResult
 
 __all__ = [
     "candidate_frame",

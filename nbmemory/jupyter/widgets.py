@@ -18,13 +18,13 @@ import ipywidgets as widgets
 from traitlets import Any as AnyTrait
 from traitlets import CaselessStrEnum, Float, Instance, Integer, List, Unicode, observe
 
-from nbmemory import plots
-from nbmemory.display import location_html, more_label
+from nbmemory import SearchResult
 from nbmemory.errors import NbMemoryError
 from nbmemory.items import Hit
-from nbmemory.notebook_context import Links
-from nbmemory.search.filters import KINDS
-from nbmemory.search.pipeline import SearchResult
+from nbmemory.jupyter import plots
+from nbmemory.jupyter.display import location_html, more_label
+from nbmemory.jupyter.notebook_context import Links
+from nbmemory.options import KINDS
 
 if TYPE_CHECKING:
     from nbmemory.memory import Memory
@@ -128,7 +128,7 @@ class MemoryExplorer(widgets.VBox):
         Seconds of quiet after a change before searching, in a timer thread; 0 searches at once in
         the calling thread.
     links:
-        How sources become links (see :func:`nbmemory.notebook_context.links_for`).
+        How sources become links (see :func:`nbmemory.jupyter.notebook_context.links_for`).
     """
 
     # Python-side state; the child widgets carry what the browser shows, so none of it is synced.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbmemory.items import Hit, Item
-from nbmemory.notebook_context import Links
+from nbmemory.jupyter.notebook_context import Links
 
 __all__ = ["HitTable", "ItemView", "SearchHits", "StatsView", "TextBlock", "location_html", "location_label"]
 
@@ -80,7 +80,7 @@ def location_html(
     hit:
         A search hit or an item.
     links:
-        How sources become links (:func:`nbmemory.notebook_context.links_for`); None: no link.
+        How sources become links (:func:`nbmemory.jupyter.notebook_context.links_for`); None: no link.
     widget:
         Make the link for a widget (absolute ``lab/tree`` URL, new tab) rather than for a
         notebook output (relative to the notebook, opened inside JupyterLab).

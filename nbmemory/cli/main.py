@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbmemory.errors import NbMemoryError
-from nbmemory.frontend import (
+from nbmemory.options import (
     CHUNKS,
     RETRIEVERS,
     TUNE_OPTIONS,
@@ -230,8 +230,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     Option("--ns", help="only this namespace (default: all)"),
 )
 def cmd_related(args: argparse.Namespace) -> int:
-    from nbmemory.search.pipeline import SearchResult
-    from nbmemory.search.trace import Trace
+    from nbmemory import SearchResult, Trace
 
     with _memory(args) as mem:
         hits = mem.related(args.id, k=args.k, namespace=args.ns)
@@ -354,7 +353,7 @@ def _text_progress(quiet: bool) -> Any:
 def cmd_tune(args: argparse.Namespace) -> int:
     options = tune_options(vars(args), namespace=args.ns)
     if args.torch_threads is not None:
-        from nbmemory.eval.harness import set_torch_threads
+        from nbmemory.config import set_torch_threads
 
         set_torch_threads(args.torch_threads)
     with _owner_here(args) as shared:
@@ -431,7 +430,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     ),
 )
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from nbmemory.mcp_server import Policy, serve
+    from nbmemory.mcp import Policy, serve
 
     policy = Policy.create(namespace=args.namespace, read_only=args.read_only, roots=args.root or ())
     # No progress bars: an agent's client logs stderr, it does not show it.

@@ -1,6 +1,6 @@
 """What the front ends share: option specs, the tune options, one JSON encoder, the owner helper.
 
-The command line (:mod:`nbmemory.cli`), the magics (:mod:`nbmemory.magics`) and the REST handlers
+The command line (:mod:`nbmemory.cli`), the magics (:mod:`nbmemory.jupyter.magics`) and the REST handlers
 (:mod:`nbmemory.server.handlers`) offer the same operations. Their options are declared here once,
 as :class:`Option` specs: :meth:`Option.add_to` puts one on an argparse parser,
 :func:`magic_options` on an IPython magic, and the handlers read the same names from the query
@@ -25,11 +25,13 @@ if TYPE_CHECKING:
     import argparse
 
     from nbmemory.memory import Memory
-    from nbmemory.search.pipeline import PipelineConfig, SearchResult
+    from nbmemory.search.config import PipelineConfig
+    from nbmemory.search.result import SearchResult
     from nbmemory.tune.run import TuneOptions
 
 __all__ = [
     "CHUNKS",
+    "KINDS",
     "RETRIEVERS",
     "TUNE_OPTIONS",
     "Option",
@@ -40,6 +42,7 @@ __all__ = [
     "owned_memory",
     "pipeline_config",
     "print_hits",
+    "query_sources",
     "search_filters",
     "to_jsonable",
     "tune_options",
@@ -163,8 +166,8 @@ def pipeline_config(retrievers: str | None, rrf_k: int, chunks: bool = False) ->
     if not retrievers and not chunks:
         return None
     # Imported only now: the default pipeline must cost a command-line client nothing.
-    from nbmemory.search.pipeline import RETRIEVERS as ALL
-    from nbmemory.search.pipeline import PipelineConfig
+    from nbmemory.search.config import RETRIEVERS as ALL
+    from nbmemory.search.config import PipelineConfig
 
     names = tuple(r.strip() for r in (retrievers or ",".join(ALL)).split(",") if r.strip())
     return PipelineConfig(retrievers=names, rrf_k=rrf_k, group=not chunks)
@@ -230,6 +233,13 @@ TUNE_OPTIONS: tuple[Option, ...] = (
         help="train on (query, positive) pairs only (in-batch negatives), without the mined negatives",
     ),
 )
+
+
+def query_sources() -> tuple[str, ...]:
+    """Where tuning may take its training queries from (``--query-source``)."""
+    from nbmemory.tune.mine import QUERY_SOURCES
+
+    return QUERY_SOURCES
 
 
 def tune_options(values: Mapping[str, Any], namespace: str | None = None) -> TuneOptions:

@@ -1,0 +1,161 @@
+"""What a search returns: :class:`SearchResult` (hits, best first, and the trace), and the hits
+made from stored rows (:func:`hydrate`), each with a snippet cut around the query."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nbmemory.items import Hit
+from nbmemory.search.trace import Stage, Trace
+from nbmemory.store.db import Database
+from nbmemory.store.rows import HitRow, fetch_rows
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SNIPPET_CHARS = 240
+
+
+@dataclass
+class SearchResult:
+    """Hits, best first, plus the trace of how they were ranked."""
+
+    query: str
+    hits: list[Hit]
+    trace: Trace
+    rejected: bool = False
+    reason: str = ""
+
+    @property
+    def fusion(self) -> Stage | None:
+        """The fusion stage of the trace (``convex`` or ``rrf``), None for one retriever."""
+        return self.trace.stage("convex") or self.trace.stage("rrf")
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __getitem__(self, i: int) -> Hit:
+        return self.hits[i]
+
+    @property
+    def ids(self) -> list[int]:
+        return [h.id for h in self.hits]
+
+    def explain(self, top: int = 10) -> str:
+        return self.trace.explain(top)
+
+    def to_polars(self) -> pl.DataFrame:
+        import polars as pl
+
+        rows = []
+        for rank, h in enumerate(self.hits, start=1):
+            rows.append(
+                {
+                    "rank": rank,
+                    "id": h.id,
+                    "score": h.score,
+                    "bm25_rank": h.ranks.get("bm25"),
+                    "vector_rank": h.ranks.get("vector"),
+                    "source": h.source,
+                    "location": h.location,
+                    "heading": h.heading,
+                    "kind": h.kind,
+                    "namespace": h.namespace,
+                    "tags": h.tags,
+                    "snippet": h.snippet,
+                    "text": h.text,
+                }
+            )
+        schema: dict[str, Any] = {
+            "rank": pl.Int64,
+            "id": pl.Int64,
+            "score": pl.Float64,
+            "bm25_rank": pl.Int64,
+            "vector_rank": pl.Int64,
+            "source": pl.Utf8,
+            "location": pl.Utf8,
+            "heading": pl.Utf8,
+            "kind": pl.Utf8,
+            "namespace": pl.Utf8,
+            "tags": pl.List(pl.Utf8),
+            "snippet": pl.Utf8,
+            "text": pl.Utf8,
+        }
+        return pl.DataFrame(rows, schema=schema)
+
+
+def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
+    """A window of ``text`` around the first query word it contains."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    words = [w for w in re.findall(r"\w{3,}", query.lower())]
+    lower = flat.lower()
+    positions = [p for p in (lower.find(w) for w in words) if p >= 0]
+    start = max(0, min(positions) - width // 4) if positions else 0
+    piece = flat[start : start + width]
+    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
+
+
+def hydrate(
+    db: Database,
+    ranked: Sequence[tuple[int, float]],
+    query: str,
+    ranks: Mapping[str, Mapping[int, int]],
+    scores: Mapping[str, Mapping[int, float]],
+    rows: Mapping[int, HitRow] | None = None,
+) -> list[Hit]:
+    """Hits for ``ranked`` in its order, from the items' live rows (deleted items are left out).
+
+    Parameters
+    ----------
+    ranked:
+        (item id, score) best first.
+    query:
+        The text the snippets are cut around.
+    ranks, scores:
+        Retriever -> item -> its rank there, and its score there (``Hit.ranks``,
+        ``Hit.retriever_scores``).
+    rows:
+        Rows already read (a pipeline's candidates); the others are fetched.
+    """
+    if not ranked:
+        return []
+    by_id: dict[int, HitRow] = dict(rows) if rows is not None else {}
+    missing = [i for i, _ in ranked if i not in by_id]
+    if missing:
+        by_id.update(fetch_rows(db, missing, HitRow))
+    hits = []
+    for doc, score in ranked:
+        row = by_id.get(doc)
+        if row is None:
+            continue
+        hits.append(
+            Hit(
+                id=doc,
+                score=score,
+                text=row.text,
+                snippet=snippet(row.text, query),
+                source=row.source,
+                kind=row.kind,
+                namespace=row.namespace,
+                heading=row.heading or "",
+                cell_id=row.cell_id,
+                cell_index=row.cell_index,
+                line_start=row.line_start,
+                line_end=row.line_end,
+                page=row.page,
+                tags=list(row.tags or []),
+                importance=float(row.importance),
+                updated_at=row.updated_at,
+                ranks={n: r[doc] for n, r in ranks.items() if doc in r},
+                retriever_scores={n: s[doc] for n, s in scores.items() if doc in s},
+            )
+        )
+    return hits
