@@ -1,201 +1,28 @@
 """How sure the side-by-side's margins are: paired bootstrap intervals over the judged questions.
 
-    .venv/bin/python bench/margins.py bench/results/notes-compare.json bench/results/notes-compare-577.json
-    .venv/bin/python bench/margins.py RUN.json --resamples 20000 --seed 1 --out OUT.json
+    python -m bench.margins bench/results/notes-compare.json bench/results/notes-compare-577.json
+    python -m bench.margins RUN.json --resamples 20000 --seed 1 --out OUT.json
 
-A margin like "+.025 MRR@10 over vstash" rests on the 31-133 answerable questions of one run, and
-one question moved from rank 2 to rank 1 moves a 65-question mean by .008. For every
-``notes_compare.py`` result given, this resamples the answerable questions with replacement (the
-same draw for every system, so the comparison stays paired) and reports, per split (each split
-the run holds, then all of them), nbmemory's default against each other system: the mean MRR@10
-difference, its 95 % percentile interval, and the share of resamples in which the difference
-reaches the goal (``--goal``, .03 in the search-quality issue; a share of resamples, not a
-probability). The default's Hit@1 and the share of no-answer questions it flags are proportions
-and get Wilson intervals. The intervals cover which questions were written, not which notes a
-smaller memory was cut from (one cut per run).
-
-The per-question MRR@10 values are the ones the comparison already computed with ``pytrec_eval``
-(``per_query``); nothing is re-scored here. Writes ``bench/results/margins.json``.
+The intervals and the command are :mod:`nbmemory.eval.margins`; this runs it on
+``notes_compare.py`` results, finds their queries files in ``bench/data`` and writes
+``bench/results/margins.json``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import sys
 from pathlib import Path
-from typing import Any
 
-import numpy as np
+from nbmemory.eval.margins import main
 
-from nbmemory.errors import ConfigError
-from nbmemory.eval.notes import load_queries
-from nbmemory.eval.report import write_json
-
-REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "results" / "margins.json"
-DEFAULT = "default"
-
-
-def per_question(run: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-    """System name -> qid -> that question's row, for nbmemory's configurations and the peers (a
-    peer without per-question rows, one that failed, is named on stderr and left out)."""
-    systems = {name: got["per_query"] for name, got in run["nbmemory"]["configs"].items()}
-    for name, got in run.get("peers", {}).items():
-        if "per_query" in got:
-            systems[name] = got["per_query"]
-        else:
-            print(f"{name}: no per-question results in this run, left out", file=sys.stderr)
-    return {name: {row["qid"]: row for row in rows} for name, rows in systems.items()}
-
-
-def splits_of(path: str | Path) -> dict[str, str]:
-    """qid -> split, from the queries file the run names (else the file of that name in
-    ``bench/data``: runs record the absolute path they were run with)."""
-    path = Path(path)
-    if not path.exists():
-        path = REPO / "bench" / "data" / path.name
-    return {q.qid: q.split for q in load_queries(path, "all")}
-
-
-def wilson(hits: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson 95 % interval of a proportion ``hits / n`` (a percentile bootstrap of a share
-    near 0 or 1 collapses onto it: 94 of 96 would read .948-1.000)."""
-    if n <= 0:
-        raise ValueError("a proportion of no questions")
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def _r(x: float) -> float:
-    return round(x, 3) + 0.0  # + 0.0: no "-0.0"
-
-
-def margins(
-    run: dict[str, Any], split_of: dict[str, str], resamples: int = 10_000, seed: int = 0, goal: float = 0.03
-) -> list[dict[str, Any]]:
-    """One entry per split (see the module docstring): the default's Hit@1 and no-answer flag
-    rate with their Wilson intervals, and its margin over every other system."""
-    if resamples < 100:
-        raise ValueError(f"resamples must be at least 100, got {resamples}")
-    by_system = per_question(run)
-    if DEFAULT not in by_system:
-        raise ValueError("the run has no nbmemory default configuration")
-    base = by_system[DEFAULT]
-    unknown = sorted(q for q in base if q not in split_of)
-    if unknown:
-        raise ValueError(f"{len(unknown)} questions are not in the queries file, e.g. {unknown[0]}")
-    rng = np.random.default_rng(seed)
-    out: list[dict[str, Any]] = []
-    splits = sorted({split_of[q] for q in base})
-    for split in [*splits, "all"] if len(splits) > 1 else splits:
-        qids = sorted(q for q in base if split in ("all", split_of[q]))
-        answerable = [q for q in qids if base[q]["kind"] != "miss"]
-        misses = [q for q in qids if base[q]["kind"] == "miss"]
-        entry: dict[str, Any] = {"split": split, "answerable": len(answerable), "compared": []}
-        if misses:
-            flagged = sum(bool(base[q]["flagged"]) for q in misses)
-            entry["miss_flag"] = [
-                _r(flagged / len(misses)),
-                *map(_r, wilson(flagged, len(misses))),
-                len(misses),
-            ]
-        if answerable:
-            n = len(answerable)
-            hits = int(sum(base[q]["hit@1"] for q in answerable))
-            entry["hit@1"] = [_r(hits / n), *map(_r, wilson(hits, n))]
-            draws = rng.integers(0, n, size=(resamples, n))
-            mine = np.array([base[q]["mrr@10"] for q in answerable])
-            for name, got in by_system.items():
-                if name == DEFAULT:
-                    continue
-                missing = [q for q in answerable if q not in got]
-                if missing:
-                    raise ValueError(f"{name} has no result for {len(missing)} questions, e.g. {missing[0]}")
-                theirs = np.array([got[q]["mrr@10"] for q in answerable])
-                diff = mine - theirs
-                means = diff[draws].mean(axis=1)
-                low, high = np.percentile(means, [2.5, 97.5])
-                entry["compared"].append(
-                    {
-                        "system": name,
-                        "default_mrr@10": _r(float(mine.mean())),
-                        "system_mrr@10": _r(float(theirs.mean())),
-                        "margin": _r(float(diff.mean())),
-                        "ci95": [_r(float(low)), _r(float(high))],
-                        "share_reaching_goal": _r(float((means >= goal).mean())),
-                    }
-                )
-        out.append(entry)
-    return out
-
-
-def table(name: str, entries: list[dict[str, Any]], goal: float) -> str:
-    """Markdown for one run."""
-    lines = [
-        f"\n**{name}**\n",
-        f"| split | answerable | default Hit@1 (Wilson 95 %) | system | default / system MRR@10 "
-        f"| margin (bootstrap 95 %) | share of resamples >= {goal} |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    notes = []
-    for e in entries:
-        h = e.get("hit@1")
-        hit = f"{h[0]:.3f} ({h[1]:.3f}-{h[2]:.3f})" if h else "-"
-        for c in e["compared"] or [None]:
-            if c is None:
-                lines.append(f"| {e['split']} | {e['answerable']} | {hit} | - | - | - | - |")
-                continue
-            lines.append(
-                f"| {e['split']} | {e['answerable']} | {hit} | {c['system']} | "
-                f"{c['default_mrr@10']:.3f} / {c['system_mrr@10']:.3f} | {c['margin']:+.3f} "
-                f"({c['ci95'][0]:+.3f} to {c['ci95'][1]:+.3f}) | {c['share_reaching_goal']:.2f} |"
-            )
-        if "miss_flag" in e:
-            share, low, high, count = e["miss_flag"]
-            notes.append(
-                f"No-answer questions flagged, {e['split']}: {share:.2f} of {count} (Wilson 95 % {low:.2f}-{high:.2f})"
-            )
-    return "\n".join([*lines, "", *notes])
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="notes_compare.py result files (JSON)")
-    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument(
-        "--goal", type=float, default=0.03, help="the margin the issue asks for (default 0.03)"
-    )
-    parser.add_argument("--out", default=str(OUT), help=f"JSON output (default {OUT})")
-    args = parser.parse_args(argv)
-    if args.resamples < 100:
-        parser.error(f"--resamples must be at least 100, got {args.resamples}")
-    report: dict[str, Any] = {
-        "command": ["margins.py", *(argv if argv is not None else sys.argv[1:])],
-        "resamples": args.resamples,
-        "seed": args.seed,
-        "goal": args.goal,
-        "runs": {},
-    }
-    for path in args.runs:
-        try:
-            run = json.loads(Path(path).read_text(encoding="utf-8"))
-            split_of = splits_of(run["queries"])
-            rows = margins(run, split_of, args.resamples, args.seed, args.goal)
-        except KeyError as exc:
-            parser.error(f"{path}: not a notes_compare.py result, it lacks the field {exc}")
-        except (OSError, ValueError, ConfigError) as exc:
-            parser.error(f"{path}: {exc}")
-        label = f"{Path(path).name} ({run.get('subset') or 'whole corpus'}; {Path(run['queries']).name})"
-        print(table(label, rows, args.goal))
-        report["runs"][str(path)] = {"subset": run.get("subset"), "queries": run["queries"], "splits": rows}
-    write_json(report, args.out)
-    return 0
-
+BENCH = Path(__file__).resolve().parent
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(
+        main(
+            sys.argv[1:],
+            prog="python -m bench.margins",
+            queries_dir=BENCH / "data",
+            out=BENCH / "results" / "margins.json",
+        )
+    )

@@ -39,17 +39,13 @@ from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
 from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store
 from nbmemory.eval.report import write_json
+from nbmemory.eval.subsets import cut_folder, present_notes, subset
 from nbmemory.search import nearmiss, reject
 from nbmemory.search.base import Query
 from nbmemory.search.bm25 import idfs as bm25_idfs
 from nbmemory.search.filters import Filters
 from nbmemory.search.pipeline import SearchPipeline
 from nbmemory.search.trace import Trace
-
-if str(Path(__file__).resolve().parents[1]) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.subsets import cut_folder, present_notes, subset
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"

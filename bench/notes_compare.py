@@ -48,11 +48,7 @@ from nbmemory.eval.notes import (
     score_run,
 )
 from nbmemory.eval.report import to_markdown, write_json
-
-if str(Path(__file__).resolve().parents[1]) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.subsets import cut_folder, fitting, present_notes, subset
+from nbmemory.eval.subsets import cut_folder, fitting, present_notes, subset
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

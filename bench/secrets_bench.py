@@ -1,28 +1,22 @@
 """Secret redaction benchmark: recall per vendor, overall recall, false-positive rate; prints JSON.
 
-The labelled set is generated (seeded) by :mod:`bench.secret_corpus`: fake keys in each
+The labelled set is generated (seeded) by :mod:`tests.reliability.secret_corpus` (test data): fake keys in each
 vendor's documented format, in many contexts, and look-alikes that are not secrets. With
 ``--pipeline`` the positives are also written into notebooks (cell sources and outputs), indexed,
 and looked for in the stored text, the embedder's input and the full-text index.
 
-    python bench/secrets_bench.py                      # seed 20240611, 6 per format
-    python bench/secrets_bench.py --per-format 10 --seeds 1,2,3,4,5 --pipeline
+    python -m bench.secrets_bench                      # seed 20240611, 6 per format
+    python -m bench.secrets_bench --per-format 10 --seeds 1,2,3,4,5 --pipeline
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import secret_corpus  # noqa: E402
+from tests.reliability import secret_corpus
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ Decisions
   left in the output (half a token is a leak). Key names, URL users and hosts may stay.
 * The false-positive rate is the share of negative texts that :func:`redact` changes at all.
 
-Run ``python bench/secrets_bench.py`` for the figures; ``tests/reliability/test_secrets.py``
+Run ``python -m bench.ingest.secrets_bench`` for the figures; ``tests/reliability/test_secrets.py``
 asserts the bounds.
 """
 

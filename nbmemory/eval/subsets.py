@@ -1,7 +1,8 @@
 """Smaller memories cut from a notes corpus, and the judged questions that still fit them.
 
-Used by ``noanswer_signals.py`` (the no-answer signals per memory size) and ``notes_compare.py
---subset`` (the side-by-side table on a memory the size of one's own).
+Used by the benchmarks ``bench/quality/noanswer_signals.py`` (the no-answer signals per memory
+size) and ``bench/quality/notes_compare.py --subset`` (the side-by-side table on a memory the size
+of one's own).
 """
 
 from __future__ import annotations

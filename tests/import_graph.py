@@ -1,7 +1,9 @@
 """The package's import graph, its cycles, and reads of other objects' private attributes.
 
-    python -m bench.import_graph            # edges per module, cycles, private accesses
-    python -m bench.import_graph --json     # the same as JSON
+    python -m tests.import_graph            # edges per module, cycles, private accesses
+    python -m tests.import_graph --json     # the same as JSON
+
+``tests/test_structure.py`` asserts on it.
 
 Every ``import`` counts, at module level or inside a function, except those under
 ``if TYPE_CHECKING:`` (they never run). The parent packages that Python initialises on the way
