@@ -1,7 +1,7 @@
 """Search at a million chunks: nbmemory beside the SQLite FTS5 + sqlite-vec reference, synthetic scale.
 
-How the corpus is made: the first 50,000 real chunks of ``bench.corpus`` (BEIR SciFact +
-NFCorpus in 2-sentence chunks) with their cached MiniLM vectors (``python -m bench.embed_cache
+How the corpus is made: the first 50,000 real chunks of ``bench.lib.corpus`` (BEIR SciFact +
+NFCorpus in 2-sentence chunks) with their cached MiniLM vectors (``python -m bench.lib.embed_cache
 -n 50000``), each repeated ``n / 50,000`` times: copy ``c`` of a chunk is its text plus the word
 ``copy<c>``, and its vector is the real one plus Gaussian noise (``--noise`` per dimension, 0.02
 by default: cosine about 0.93 to the original), renormalised. So BM25 sees real postings
@@ -10,9 +10,10 @@ lists twenty times longer, and the vectors keep the real ones' clusters.
 The nbmemory store is written directly (``store.chunks.insert`` in batches, one FTS build at the
 end), as ``Memory.remember_many`` would write it minus redaction and embedding. Queries are the
 real test queries: search work alone (query vectors computed beforehand) for both systems,
-interleaved query by query, then end to end with the real model.
+interleaved query by query, then end to end with the real model. Prints the JSON and writes it
+to ``--out``.
 
-    python bench/bench_scale.py [--n 1000000] [--queries 200] [--no-reference] [--out FILE]
+    python -m bench.search.bench_scale [--n 1000000] [--queries 200] [--no-reference] [--out FILE]
 """
 
 from __future__ import annotations
@@ -21,23 +22,20 @@ import argparse
 import json
 import os
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from bench.lib.corpus import load_chunks, load_queries
+from bench.lib.embed_cache import CachedEmbedder, cached_vectors
+from bench.lib.measure import dist, forget_queries, log, machine_info, p50
+from bench.lib.paths import RESULTS
+from bench.lib.sqlite_ref import SqliteReference
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from bench.bench_search import dist, forget_queries, log, machine_info, p50  # noqa: E402
-from bench.corpus import load_chunks, load_queries  # noqa: E402
-from bench.embed_cache import CachedEmbedder, cached_vectors  # noqa: E402
-from bench.sqlite_ref import SqliteReference  # noqa: E402
 
 BASE = 50_000
 BATCH = 25_000
@@ -108,7 +106,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-reference", action="store_true", help="skip the SQLite reference")
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "scale-1m.json",
+        help="write the JSON here (default %(default)s, the kept 1M run: pass another with another --n)",
+    )
     args = parser.parse_args(argv)
 
     from nbmemory import Memory
@@ -226,8 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ref.close()
     text = json.dumps(out, indent=2)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    args.out.write_text(text + "\n", encoding="utf-8")
     return out
 
 

@@ -4,7 +4,10 @@ Each document is ``title + ". " + text``, split into sentences with a simple reg
 pass takes sentences (1-2), (3-4), ... of every document (~43k chunks); if more are asked for, a
 second pass adds the windows offset by one sentence, (2-3), (4-5), ..., in the same document
 order. Documents of the two datasets are interleaved (scifact, nfcorpus, scifact, ...), so any
-prefix of the chunk list mixes both.
+prefix of the chunk list mixes both. The datasets are read from ``$NBMEMORY_BEIR``, else from
+``shared/datasets/beir`` beside the repository.
+
+    python -m bench.lib.corpus      # how many chunks there are, the first ones, the queries
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-BEIR = Path(os.environ.get("NBMEMORY_BEIR", "/work/shared/datasets/beir"))
+from bench.lib.paths import BEIR as SHARED_BEIR
+
+BEIR = Path(os.environ.get("NBMEMORY_BEIR", SHARED_BEIR))
 DATASETS = ("scifact", "nfcorpus")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 

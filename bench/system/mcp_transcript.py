@@ -5,7 +5,8 @@ bundled model), lists the tools, indexes two notes, remembers, searches, builds 
 reads an item, forgets (dry run first), and shows two refused calls. Every request and response is
 printed as it crosses the wire (the tool result's structured JSON, or its error text).
 
-Usage: ``python bench/mcp_transcript.py [--out bench/results/mcp-transcript.txt]``
+Usage: ``python -m bench.system.mcp_transcript [--out FILE]``; writes the transcript (text, not
+JSON) to ``--out`` (default ``bench/results/mcp-transcript.txt``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib.paths import REPO, RESULTS
+
 NOTES = {
     "deploy.md": "# Deploying\n\n## Staging\n\nDeploys to staging need the VPN on; the database there is "
     "db-stg-12.\n\n## Production\n\nProduction deploys go out on Tuesdays after the 10:00 stand-up.\n",
@@ -112,7 +114,11 @@ async def session(home: Path, notes: Path, out: Transcript) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "mcp-transcript.txt"))
+    parser.add_argument(
+        "--out",
+        default=str(RESULTS / "mcp-transcript.txt"),
+        help="write the transcript here (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nbm-mcp-") as tmp:
         home, notes = Path(tmp) / "home", Path(tmp) / "notes"

@@ -3,8 +3,8 @@
 The default pipeline now does "slide, max" for fusion (:mod:`nbmemory.store.passages`); this
 script is how that was chosen, and measures the variants beside it.
 
-    .venv/bin/python bench/granularity.py                       # jbranchaud-til, dev and test splits
-    .venv/bin/python bench/granularity.py --window 400 --stride slide,tile --aggregate max,mean
+    python -m bench.quality.granularity                       # jbranchaud-til, dev and test splits
+    python -m bench.quality.granularity --window 400 --stride slide,tile --aggregate max,mean
 
 MiniLM reads 256 word pieces; a 1,200-character chunk is near that, and a long section dilutes the
 one sentence a question is about. This measures, without changing the store, what smaller vector
@@ -19,7 +19,8 @@ every sentence (about 5 windows per chunk here), ``tile`` cuts the text into dis
 
 The store is the one ``nbmemory eval notes`` builds (``Memory.index``, cached); window vectors
 go through the same vector cache. Scores by :func:`nbmemory.eval.notes.run_notes_config`
-(file level, ``pytrec_eval``). Writes ``bench/results/granularity-notes.json``.
+(file level, ``pytrec_eval``). Writes ``--out`` (default ``bench/results/granularity-notes.json``).
+A one-off A/B kept because the README's "Passages" table and :mod:`nbmemory.ingest.windows` cite it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from bench.lib.paths import NOTES_CORPUS, NOTES_QUERIES, RESULTS
 from nbmemory import Memory, PipelineConfig
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
@@ -47,10 +49,7 @@ from nbmemory.search.filters import Filters
 from nbmemory.store import vectors
 from nbmemory.store.chunks import embedding_text
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
-DEFAULT_QUERIES = REPO / "bench" / "data" / "notes-queries.jsonl"
-DEFAULT_OUT = REPO / "bench" / "results" / "granularity-notes.json"
+DEFAULT_OUT = RESULTS / "granularity-notes.json"
 #: Passages off: the windows measured here come from the patch below, the "chunks" rows have none
 #: (the default, ``passages=True``, is "chunks + slide windows of 400 chars, max").
 CONFIGS = {
@@ -146,12 +145,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
-    parser.add_argument("--queries", default=str(DEFAULT_QUERIES))
+    parser.add_argument("--corpus", default=str(NOTES_CORPUS))
+    parser.add_argument("--queries", default=str(NOTES_QUERIES))
     parser.add_argument("--window", type=int, default=400, help="window size in characters (default 400)")
     parser.add_argument("--stride", default="slide,tile", help="slide and/or tile (default both)")
     parser.add_argument("--aggregate", default="max,mean", help="max and/or mean (default both)")
-    parser.add_argument("--json", default=str(DEFAULT_OUT))
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="write the JSON here (default %(default)s)")
     args = parser.parse_args()
     corpus, queries = Path(args.corpus), Path(args.queries)
     embedder = CachedEmbedder(SentenceTransformerEmbedder(), _dataset_name(corpus), log=None)
@@ -176,8 +175,8 @@ def main() -> int:
         chunks = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
     print(to_markdown(pl.DataFrame(rows)))
     print(f"\n{corpus}: {chunks} chunks; window vectors: {counts}")
-    write_json({"corpus": str(corpus), "chunks": chunks, "windows": counts, "rows": rows}, args.json)
-    print(f"wrote {args.json}")
+    write_json({"corpus": str(corpus), "chunks": chunks, "windows": counts, "rows": rows}, args.out)
+    print(f"wrote {args.out}")
     return 0
 
 

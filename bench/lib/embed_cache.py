@@ -5,6 +5,8 @@ to ``BLOCK`` vectors and the sha256 of the text each came from (as a (n, 32) uin
 file and renamed into place, so an interrupted run loses at most the block in progress and the
 next run resumes where it stopped. Only document vectors are cached: query embeddings always run
 the real model.
+
+    python -m bench.lib.embed_cache -n 50000     # fill it for the first N chunks (resumable)
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE_DIR = Path(__file__).resolve().parent / ".cache"
+from bench.lib.paths import REPO
+
+CACHE_DIR = REPO / "bench" / ".cache"
 BLOCK = 4096
 PROBE = 16
 PROBE_TOL = 1e-4
@@ -233,7 +237,7 @@ def _import_embedder_class():  # type: ignore[no-untyped-def]
         for name in [m for m in sys.modules if m == "nbmemory" or m.startswith("nbmemory.")]:
             del sys.modules[name]
         package = types.ModuleType("nbmemory")
-        package.__path__ = [str(Path(__file__).resolve().parent.parent / "nbmemory")]
+        package.__path__ = [str(REPO / "nbmemory")]
         sys.modules["nbmemory"] = package
         from nbmemory.embed.sentence import SentenceTransformerEmbedder
     return SentenceTransformerEmbedder
@@ -247,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=50_000)
     args = parser.parse_args(argv)
 
-    from bench.corpus import load_chunks
+    from bench.lib.corpus import load_chunks
 
     SentenceTransformerEmbedder = _import_embedder_class()
 

@@ -1,9 +1,9 @@
 """nbmemory and its peers on one notes corpus, one table, one run.
 
-    .venv/bin/python bench/notes_compare.py                     # jbranchaud-til, bench/data/notes-queries.jsonl, dev
-    .venv/bin/python bench/notes_compare.py --corpus DIR --queries FILE --split test
-    .venv/bin/python bench/notes_compare.py --skip-peers        # nbmemory's configurations only
-    .venv/bin/python bench/notes_compare.py --subset 577:4 --split all   # a 577-note memory cut from it
+    python -m bench.quality.notes_compare                  # jbranchaud-til, bench/data/notes-queries.jsonl, dev
+    python -m bench.quality.notes_compare --corpus DIR --queries FILE --split test
+    python -m bench.quality.notes_compare --skip-peers     # nbmemory's configurations only
+    python -m bench.quality.notes_compare --subset 577:4 --split all --out bench/results/notes-compare-577.json
 
 nbmemory runs through :func:`nbmemory.eval.notes.evaluate_notes` (``Memory.index`` into the
 evaluation store cache, then ``Memory.search`` per configuration: default, bm25, vector, rrf).
@@ -16,10 +16,10 @@ ids are scored by the same code as nbmemory's (:func:`nbmemory.eval.notes.score_
 The peers have no "no answer" flag: for them a ``miss`` query counts as flagged when it is left
 empty, so ``miss_flag`` reads "flagged" for nbmemory and "left empty" for the peers. Peers index
 the corpus's ``.md`` files only (``flatten.py``); nbmemory indexes what ``Memory.index`` reads.
-``--subset SIZE:SEED`` runs everything on a smaller memory cut from the corpus (as
-``noanswer_signals.py`` cuts them: a quarter of it from the target notes, the rest at random), with
+``--subset SIZE:SEED`` runs everything on a smaller memory cut from the corpus
+(:mod:`nbmemory.eval.subsets`, as ``noanswer_signals.py`` cuts them: a quarter of it from the target notes, the rest at random), with
 the questions that still fit it (answerable ones keep the targets left in it).
-Prints one markdown table; writes everything to ``bench/results/notes-compare.json``.
+Prints one markdown table; writes everything to ``--out`` (default ``bench/results/notes-compare.json``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 
 import polars as pl
 
+from bench.lib.paths import NOTES_CORPUS, NOTES_QUERIES, RESULTS, SHARED
 from nbmemory.eval.notes import (
     NotesQuery,
     NotesRun,
@@ -50,11 +51,9 @@ from nbmemory.eval.notes import (
 from nbmemory.eval.report import to_markdown, write_json
 from nbmemory.eval.subsets import cut_folder, fitting, present_notes, subset
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-DEFAULT_CORPUS = SHARED / "datasets" / "notes" / "jbranchaud-til" / "corpus"
-DEFAULT_QUERIES = REPO / "bench" / "data" / "notes-queries.jsonl"
-DEFAULT_OUT = REPO / "bench" / "results" / "notes-compare.json"
+DEFAULT_CORPUS = NOTES_CORPUS
+DEFAULT_QUERIES = NOTES_QUERIES
+DEFAULT_OUT = RESULTS / "notes-compare.json"
 NBMEMORY_CONFIGS = "default,bm25,vector,rrf"
 #: Peer name -> (corpus layout made by flatten.py, extra driver arguments), as the peers README runs them.
 PEERS: dict[str, tuple[str, list[str]]] = {
@@ -211,7 +210,9 @@ def table(runs: list[NotesRun]) -> pl.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/notes_compare.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.quality.notes_compare", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--corpus", default=str(DEFAULT_CORPUS), help=f"notes folder (default {DEFAULT_CORPUS})"
     )
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torch-threads", type=int, help="torch intra-op threads for nbmemory (1 on a busy machine)"
     )
-    parser.add_argument("--json", default=str(DEFAULT_OUT), help=f"JSON output (default {DEFAULT_OUT})")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--keep-work", action="store_true", help="keep the flattened corpus and peer outputs")
     parser.add_argument(
         "--subset",
@@ -337,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}: score.py {'agrees' if check['ok'] else 'DISAGREES'} ({json.dumps(entry['score_py'])})"
         )
     payload = {
-        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
+        "command": [
+            "python",
+            "-m",
+            "bench.quality.notes_compare",
+            *(argv if argv is not None else sys.argv[1:]),
+        ],
         "corpus": str(corpus),
         "subset": args.subset,
         "cut_from": str(source_corpus),
@@ -348,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         "nbmemory": result.to_dict(),
         "peers": peers,
     }
-    write_json(payload, args.json)
-    print(f"wrote {args.json}")
+    write_json(payload, args.out)
+    print(f"wrote {args.out}")
     return 0
 
 

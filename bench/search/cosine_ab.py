@@ -6,8 +6,8 @@ with the previous one (``(v * q).sum(axis=1)``, row-sized float64 temporaries). 
 stage (the index re-scores its best rows) and the convex stage (each candidate's passages) use
 it. Prints each stage's p50 both ways and the load average.
 
-    python bench/cosine_ab.py [--n 10000] [--queries 300]
-    python bench/cosine_ab.py --store <notes evaluation store>.duckdb --namespace eval
+    python -m bench.search.cosine_ab [--n 10000] [--queries 300]
+    python -m bench.search.cosine_ab --store <notes evaluation store>.duckdb --namespace eval
 
 ``--store`` runs on a copy of an existing store instead (the notes evaluation store of
 ``nbmemory eval notes``: long notes, several windows each) with the judged notes questions.
@@ -21,20 +21,17 @@ import math
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.lib.corpus import load_chunks, load_queries
+from bench.lib.embed_cache import CachedEmbedder
+from bench.lib.measure import forget_queries
+from bench.lib.paths import NOTES_QUERIES
 
-from bench.bench_search import forget_queries  # noqa: E402
-from bench.corpus import load_chunks, load_queries  # noqa: E402
-from bench.embed_cache import CachedEmbedder  # noqa: E402
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def previous_cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -65,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.store is not None:
             shutil.copy(args.store, path)
             mem = Memory(path, embedder=real, namespace=args.namespace)
-            lines = (ROOT / "bench" / "data" / "notes-queries.jsonl").read_text().splitlines()
+            lines = NOTES_QUERIES.read_text().splitlines()
             queries = [json.loads(line)["query"] for line in lines]
             what = f"{args.store.name}, {mem.db.scalar('SELECT count(*) FROM passages')} passages"
         else:

@@ -3,13 +3,14 @@
 A symbol (``g??``, ``$0``, ``:/``; :mod:`nbmemory.search.symbols`) is looked up in a sorted
 index of the places symbols can start, made from the rows the memory-resident index preloads
 (once, timed here as ``head_index``), or else by scanning the chunks' text in DuckDB. This builds a store of the first N benchmark chunks (BEIR SciFact +
-NFCorpus in 2-sentence chunks, :mod:`bench.corpus`) with the deterministic fake embedder (the scan
+NFCorpus in 2-sentence chunks, :mod:`bench.lib.corpus`) with the deterministic fake embedder (the scan
 does not read vectors, and the vector side's cost is the same both ways), then runs the benchmark
 queries with a symbol appended, each once with symbols on and once off, alternating which goes
 first. Queries without a symbol pay nothing (no lookup runs). Prints the p50/p95 of both, of
-the lookup alone, of the DuckDB scan (the fallback) on 20 queries, and the load average.
+the lookup alone, of the DuckDB scan (the fallback) on 20 queries, and the load average, as JSON;
+writes it to ``--out`` (default ``bench/results/symbols-cost.json``).
 
-    python bench/symbols_cost.py [--sizes 10000,50000] [--queries 100]
+    python -m bench.search.symbols_cost [--sizes 10000,50000] [--queries 100] [--out FILE]
 """
 
 from __future__ import annotations
@@ -23,12 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.lib.corpus import load_chunks, load_queries
+from bench.lib.paths import RESULTS
+from nbmemory.eval.report import write_json
 
-from bench.corpus import load_chunks, load_queries  # noqa: E402
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SYMBOLS = ("5%", "+/-", "(+)-", "$0", "g??", ":/", "&&", "->", "<=", "%>%")
 
@@ -91,23 +91,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,50000", help="comma-separated chunk counts")
     parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "symbols-cost.json",
+        help="write the JSON here (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [measure(int(n), args.queries, Path(tmp)) for n in args.sizes.split(",")]
     report = {
-        "command": ["python", "bench/symbols_cost.py", *(argv if argv is not None else sys.argv[1:])],
+        "command": [
+            "python",
+            "-m",
+            "bench.search.symbols_cost",
+            *(argv if argv is not None else sys.argv[1:]),
+        ],
         "load_average": {
             "before": [round(x, 2) for x in before],
             "after": [round(x, 2) for x in os.getloadavg()],
         },
         "sizes": rows,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+    write_json(report, args.out)
     return 0
 
 

@@ -1,11 +1,11 @@
 """How well the no-answer signals separate questions without an answer, on the notes and on smaller
 memories cut from them.
 
-    .venv/bin/python bench/noanswer_signals.py                 # full corpus + 900/600/600/577/300-note subsets
-    .venv/bin/python bench/noanswer_signals.py --quantile 0.1 --out OUT   # another near-miss quantile
-    .venv/bin/python bench/noanswer_signals.py --queries bench/data/notes-queries-fresh.jsonl \
-        --out bench/results/noanswer-signals-fresh.json          # the fresh set (no dev split)
-    .venv/bin/python bench/noanswer_signals.py --rule 0.45,0,0.5 --out OUT   # a rule fitted elsewhere
+    python -m bench.quality.noanswer_signals                 # full corpus + 900/600/600/577/300-note subsets
+    python -m bench.quality.noanswer_signals --quantile 0.1 --out OUT   # another near-miss quantile
+    python -m bench.quality.noanswer_signals --queries bench/data/notes-queries-fresh.jsonl \
+        --out bench/results/noanswer-signals-fresh.json        # the fresh set (no dev split)
+    python -m bench.quality.noanswer_signals --rule 0.45,0,0.5 --out OUT   # a rule fitted elsewhere
 
 For every judged question (``bench/data/notes-queries.jsonl``, dev and test) and every memory
 (the whole jbranchaud-til corpus, then seeded random subsets holding up to a quarter of their notes from
@@ -20,7 +20,7 @@ best match among its top 5 holds), the rule before it (every
 unseen word, nothing flagged below 1,000 items) and that rule without its floor, on the dev and test questions of every memory. A question set without a dev split (the fresh
 one) has the rule fitted on the questions it is then scored on: that row is an upper bound for
 the rule's form, not a held-out figure. ``--rule A,U,B`` adds a rule of that form chosen
-elsewhere, to see how it transfers. Writes ``bench/results/noanswer-signals.json``.
+elsewhere, to see how it transfers. Writes ``--out`` (default ``bench/results/noanswer-signals.json``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.lib.paths import NOTES_CORPUS, NOTES_QUERIES, RESULTS
 from nbmemory import Memory, PipelineConfig
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
@@ -47,10 +48,9 @@ from nbmemory.search.filters import Filters
 from nbmemory.search.pipeline import SearchPipeline
 from nbmemory.search.trace import Trace
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
-QUERIES = REPO / "bench" / "data" / "notes-queries.jsonl"
-OUT = REPO / "bench" / "results" / "noanswer-signals.json"
+CORPUS = NOTES_CORPUS
+QUERIES = NOTES_QUERIES
+OUT = RESULTS / "noanswer-signals.json"
 #: (notes, seed) of the smaller memories.
 SUBSETS = ((900, 3), (600, 0), (600, 1), (577, 4), (300, 2))
 

@@ -2,7 +2,7 @@
 passage vector of its model into memory (:func:`nbmemory.store.passages.best`), later ones look
 up their candidates' only.
 
-    .venv/bin/python bench/passages_scale.py [--chunks 10000,50000] [--per-chunk 5]
+    python -m bench.search.passages_scale [--chunks 10000,50000] [--per-chunk 5] [--out FILE]
 
 Synthetic: a fresh store gets ``chunks x per-chunk`` random unit passage vectors (384 dims, the
 bundled model's size) under ``chunks`` content hashes, written as :func:`passages.fill` writes
@@ -11,7 +11,7 @@ jbranchaud-til notes give (11,345 windows for 2,320 chunks, all prose); a memory
 fewer. Per size: the first lookup after opening (the read into memory, or above
 ``passages.SYNC_LOAD_ROWS`` a lookup through SQL while a background thread reads), when the copy in
 memory is ready, the lookups meanwhile through SQL, the median of later lookups of 80 candidates (a search's pool at k=10 is 40-100), and the process's resident memory
-before and after the read. Writes ``bench/results/passages-scale.json``. A timing: run it on a
+before and after the read. Writes ``--out`` (default ``bench/results/passages-scale.json``). A timing: run it on a
 quiet machine; the load average is recorded.
 """
 
@@ -27,12 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.lib.paths import RESULTS
 from nbmemory.eval.report import write_json
 from nbmemory.store import passages
 from nbmemory.store.db import Database
 
-REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "results" / "passages-scale.json"
 DIM = 384
 FINGERPRINT = "synthetic"
 CANDIDATES = 80
@@ -114,6 +113,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", default="10000,50000")
     parser.add_argument("--per-chunk", type=int, default=5)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "passages-scale.json",
+        help="write the JSON here (default %(default)s)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows = []
@@ -122,7 +127,7 @@ def main() -> None:
         print(row, flush=True)
         rows.append(row)
     payload = {"rows": rows, "per_chunk": args.per_chunk}
-    write_json({**payload, "load_average": {"before": load_before, "after": os.getloadavg()}}, OUT)
+    write_json({**payload, "load_average": {"before": load_before, "after": os.getloadavg()}}, args.out)
 
 
 if __name__ == "__main__":

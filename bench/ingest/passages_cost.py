@@ -1,10 +1,11 @@
 """What passages cost at index time: one fresh index of a notes folder with them and one without.
 
-    .venv/bin/python bench/passages_cost.py [--corpus DIR] [--torch-threads N]
+    python -m bench.ingest.passages_cost [--corpus DIR] [--torch-threads N] [--out FILE]
 
 Both runs embed with the bundled model and no vector cache (each text embedded for real), into
 new stores; "without" skips :func:`nbmemory.store.passages.fill` (how the store was before). Prints
-seconds, chunks, window vectors and the store size; writes ``bench/results/passages-cost.json``.
+seconds, chunks, window vectors and the store size; writes ``--out`` (default
+``bench/results/passages-cost.json``).
 Run it on a quiet machine: it is a timing.
 """
 
@@ -17,15 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.lib.paths import NOTES_CORPUS, RESULTS
 from nbmemory import Memory
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.harness import set_torch_threads
 from nbmemory.eval.report import write_json
 from nbmemory.store import passages
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
-OUT = REPO / "bench" / "results" / "passages-cost.json"
+OUT = RESULTS / "passages-cost.json"
 
 
 def index_once(corpus: Path, embedder: SentenceTransformerEmbedder, with_passages: bool) -> dict[str, Any]:
@@ -55,9 +55,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    parser.add_argument("--corpus", default=str(NOTES_CORPUS))
     parser.add_argument("--torch-threads", type=int)
-    parser.add_argument("--json", default=str(OUT))
+    parser.add_argument("--out", default=str(OUT), help="write the JSON here (default %(default)s)")
     args = parser.parse_args()
     set_torch_threads(args.torch_threads)
     embedder = SentenceTransformerEmbedder()
@@ -67,7 +67,7 @@ def main() -> int:
         print(row)
     load = os.getloadavg()
     print(f"index time with passages / without: {rows[1]['seconds'] / rows[0]['seconds']:.2f}; load {load}")
-    write_json({"corpus": args.corpus, "runs": rows, "loadavg": load}, args.json)
+    write_json({"corpus": args.corpus, "runs": rows, "loadavg": load}, args.out)
     return 0
 
 

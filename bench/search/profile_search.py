@@ -5,7 +5,9 @@ queries with ``Database`` methods wrapped so that every statement a search issue
 (grouped by statement shape), and prints ``EXPLAIN ANALYZE`` of the BM25 and HNSW queries for
 one query. Nothing in the package is changed: the wrapping is done on this process's objects.
 
-    python -m bench.profile_search --n 50000 --queries 100 [--explain]
+    python -m bench.search.profile_search --n 50000 --queries 100 [--explain 3] [--threads 1] [--no-log]
+
+The store is kept in ``bench/.cache/profile-<N>.duckdb`` for the next run.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import numpy as np
 
-from bench.corpus import load_chunks, load_queries
-from bench.embed_cache import CACHE_DIR, CachedEmbedder, cached_vectors
+from bench.lib.corpus import load_chunks, load_queries
+from bench.lib.embed_cache import CACHE_DIR, CachedEmbedder, cached_vectors
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def summarize_plan(text: str, top: int = 14) -> str:
@@ -133,7 +135,7 @@ def build_store(path: Path, n: int, embedder: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--explain", type=int, default=3, help="EXPLAIN ANALYZE the N costliest reads")

@@ -1,16 +1,18 @@
-"""Per-split rows from a bench/notes_compare.py JSON (dev: the split methods were chosen on;
-test: held out). Means over per-query values that notes_compare computed with pytrec_eval.
+"""Per-split rows from a ``bench.quality.notes_compare`` JSON (dev: the split methods were chosen
+on; test: held out). Means over per-query values that notes_compare computed with pytrec_eval.
+Prints two markdown tables; writes no file.
 
-    python -m bench.notes_splits bench/results/notes-compare.json
+    python -m bench.quality.notes_splits bench/results/notes-compare.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
-QUERIES = Path(__file__).resolve().parent / "data" / "notes-queries.jsonl"
+from bench.lib.paths import NOTES_QUERIES as QUERIES
 
 
 def rows(result: dict, queries: dict[str, dict], split: str) -> list[dict[str, object]]:
@@ -34,7 +36,10 @@ def rows(result: dict, queries: dict[str, dict], split: str) -> list[dict[str, o
 
 
 def main(argv: list[str]) -> int:
-    result = json.loads(Path(argv[0]).read_text())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a notes_compare result (JSON)")
+    args = parser.parse_args(argv)
+    result = json.loads(args.run.read_text())
     queries = {q["qid"]: q for q in map(json.loads, QUERIES.read_text().splitlines()) if q}
     for split in ("dev", "test"):
         table = rows(result, queries, split)

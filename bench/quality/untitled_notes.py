@@ -4,9 +4,11 @@ Writes a copy of the notes corpus with each note's first ``# Title`` line (and t
 after it) removed, so a note's only title is its file name, as in Obsidian and similar tools.
 Then evaluate it as the notes benchmark:
 
-    python bench/untitled_notes.py /tmp/untitled/corpus
+    python -m bench.quality.untitled_notes /tmp/untitled/corpus
     nbmemory eval notes --corpus /tmp/untitled/corpus --queries bench/data/notes-queries.jsonl \\
-        --split all --configs default,bm25,vector --torch-threads 2
+        --split all --configs default,bm25,vector --torch-threads 2 --json bench/results/notes-untitled-no-titles.json
+
+A one-off kept because the README's "Ingest" paragraph cites it; writes notes, no results.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "datasets" / "notes" / "jbranchaud-til" / "corpus"
+from bench.lib.paths import NOTES_CORPUS as CORPUS
 
 
 def untitled(text: str) -> str:

@@ -1,9 +1,9 @@
-"""No-op and one-file reindex of a large tree: prints JSON.
+"""No-op and one-file reindex of a large tree: prints JSON (``--out`` also writes it).
 
 The embedder is the deterministic fake: this measures the store and the walk, not the model
-(model throughput is in bench_search.py).
+(model throughput is in ``bench.search.bench_search``).
 
-    python bench/bench_reindex.py --files 5000
+    python -m bench.ingest.bench_reindex --files 5000 [--out FILE]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
+from nbmemory.eval.report import write_json
 
 WORDS = [
     "alpha",
@@ -48,6 +49,7 @@ def write_tree(root: Path, files: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--files", type=int, default=5000, help="markdown files in the tree")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "tree"
@@ -63,20 +65,18 @@ def main() -> None:
             t3 = time.perf_counter()
             one = mem.index(root)
             t4 = time.perf_counter()
-        print(
-            json.dumps(
-                {
-                    "files": args.files,
-                    "chunks": first.chunks_added,
-                    "first_index_s": round(t1 - t0, 2),
-                    "noop_reindex_s": round(t2 - t1, 3),
-                    "noop_files_unchanged": noop.files_unchanged,
-                    "one_file_edit_reindex_s": round(t4 - t3, 3),
-                    "one_file_edit_chunks_embedded": one.chunks_embedded,
-                },
-                indent=2,
-            )
-        )
+        result = {
+            "files": args.files,
+            "chunks": first.chunks_added,
+            "first_index_s": round(t1 - t0, 2),
+            "noop_reindex_s": round(t2 - t1, 3),
+            "noop_files_unchanged": noop.files_unchanged,
+            "one_file_edit_reindex_s": round(t4 - t3, 3),
+            "one_file_edit_chunks_embedded": one.chunks_embedded,
+        }
+    print(json.dumps(result, indent=2))
+    if args.out:
+        write_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Sustained mixed load on one shared memory from several processes; prints JSON.
+"""Sustained mixed load on one shared memory from several processes; prints JSON (``--out`` also
+writes it).
 
 One process owns the DuckDB file (``nbmemory.remote.connect``, as a kernel or the Jupyter server
 would); ``--workers`` other processes are its clients and run searches, remembers, gets and
@@ -6,12 +7,12 @@ forgets in a fixed mix for ``--seconds``. Every ``--interval`` seconds the figur
 p50 and p99 latency per kind. The owner's RSS, the store's file size and its table sizes are
 sampled throughout, and the verdict says whether memory or disk grow faster than the data does.
 
-    python bench/load_bench.py --seconds 180 --workers 4            # fake embedder (default)
-    python bench/load_bench.py --seconds 180 --embedder real        # the bundled MiniLM model
+    python -m bench.system.load_bench --seconds 180 --workers 4      # fake embedder (default)
+    python -m bench.system.load_bench --seconds 180 --embedder real  # the bundled MiniLM model
 
 The fake embedder (``nbmemory.embed.FakeEmbedder``, 384 dims) keeps the run about the store and
 the sharing layer: on 2 cores the real model makes every remember and search CPU-bound on the
-encoder, which is measured by bench_search.py.
+encoder, which is measured by ``bench.search.bench_search``.
 """
 
 from __future__ import annotations
@@ -349,6 +350,7 @@ def main() -> None:
     )
     parser.add_argument("--mix", default=DEFAULT_MIX, help=f"operation weights (default {DEFAULT_MIX})")
     parser.add_argument("--dir", help="folder for the memory file (default: a new temporary folder)")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument(
         "--search-log-keep",
         type=int,
@@ -367,7 +369,10 @@ def main() -> None:
     elif args.role == "worker":
         run_worker(args)
     else:
-        print(json.dumps(drive(args), indent=1))
+        text = json.dumps(drive(args), indent=1)
+        print(text)
+        if args.out:
+            args.out.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

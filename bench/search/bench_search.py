@@ -1,12 +1,12 @@
 """Search and ingest benchmark: nbmemory (DuckDB fts + vss) against the SQLite FTS5 + sqlite-vec reference.
 
-Prints one JSON object on stdout and writes it to ``bench/results/search-<UTC date>.json``;
+Prints one JSON object on stdout and writes it to ``--out`` (default ``bench/results/search.json``);
 progress goes to stderr. Document vectors come from the embedding cache (fill it first with
-``python -m bench.embed_cache -n 50000``); query embeddings always run the real model, and the
+``python -m bench.lib.embed_cache -n 50000``); query embeddings always run the real model, and the
 embedder's query LRU is emptied before every measured query so it never hits.
 
-    python bench/bench_search.py [--sizes 10000,50000] [--queries 300] [--ingest-n 2000]
-    python bench/bench_search.py --sizes 10000,50000 --synthetic-passages --out bench/results/X.json
+    python -m bench.search.bench_search [--sizes 10000,50000] [--queries 300] [--ingest-n 2000]
+    python -m bench.search.bench_search --sizes 10000,50000 --synthetic-passages --out /tmp/search.json
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -25,45 +23,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from bench.lib.corpus import load_chunks, load_queries
+from bench.lib.embed_cache import CachedEmbedder, cached_vectors
+from bench.lib.measure import T0, dist, forget_queries, loadavg, log, machine_info, p50
+from bench.lib.paths import REPO, RESULTS
+from bench.lib.sqlite_ref import SqliteReference
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from bench.corpus import load_chunks, load_queries  # noqa: E402
-from bench.embed_cache import CachedEmbedder, cached_vectors  # noqa: E402
-from bench.sqlite_ref import SqliteReference  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
-T0 = time.perf_counter()
 DUCKDB_THREADS = 0  # --duckdb-threads; 0 leaves DuckDB's default
 SYNTHETIC_PASSAGES = False  # --synthetic-passages
 BUILD_NOTE = (
     "store-side ingest given vectors (cached embeddings): rows, vectors, incremental HNSW "
     "inserts, FTS delta postings, the final FTS rebuild"
 )
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def dist(values: list[float]) -> dict[str, float]:
-    arr = np.asarray(values, dtype=np.float64)
-    return {
-        "p50": round(float(np.percentile(arr, 50)), 3),
-        "p95": round(float(np.percentile(arr, 95)), 3),
-        "mean": round(float(arr.mean()), 3),
-        "min": round(float(arr.min()), 3),
-        "max": round(float(arr.max()), 3),
-    }
-
-
-def p50(values: list[float]) -> float:
-    return round(float(statistics.median(values)), 3)
 
 
 class TorchQueries:
@@ -81,52 +56,6 @@ class TorchQueries:
             show_progress_bar=False,
         )[0]
         return np.asarray(vec, dtype=np.float32)
-
-
-def forget_queries(embedder: Any) -> None:
-    """Empty the embedder's query LRU so the next query runs the model."""
-    cache = getattr(embedder, "_query_cache", None)
-    if cache is not None:
-        cache.clear()
-
-
-def _loadavg() -> list[float] | None:
-    """1/5/15-minute load averages: other work on the machine shows up in every latency."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def machine_info(embedder: Any) -> dict[str, Any]:
-    import apsw
-    import duckdb
-    import sqlite_vec
-    import torch
-
-    info: dict[str, Any] = {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "device": getattr(embedder, "device", "cpu"),
-        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "duckdb": duckdb.__version__,
-        "sqlite": apsw.sqlite_lib_version(),
-        "sqlite_vec": sqlite_vec.__version__ if hasattr(sqlite_vec, "__version__") else None,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "model": embedder.name,
-        "model_fingerprint": embedder.fingerprint,
-        "loadavg_start": _loadavg(),
-    }
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            names = [ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")]
-        info["cpu_model"] = names[0] if names else None
-    except OSError:
-        info["cpu_model"] = None
-    return info
 
 
 def add_synthetic_passages(db: Any, fingerprint: str, dim: int) -> dict[str, Any]:
@@ -254,7 +183,7 @@ def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir:
         ref.search(q, k=10)
 
     log(f"[{n}] measuring {len(measured)} queries end to end")
-    out["loadavg_at_search"] = _loadavg()
+    out["loadavg_at_search"] = loadavg()
     stage_names = (
         "bm25",
         "vector",
@@ -403,7 +332,7 @@ def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir:
 
 CRASHER = """
 import os, sys
-from bench.embed_cache import CachedEmbedder
+from bench.lib.embed_cache import CachedEmbedder
 from nbmemory import Memory
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 
@@ -422,7 +351,7 @@ def first_search_after_crash(path: Path, query: str, real: Any) -> dict[str, Any
 
     from nbmemory import Memory
 
-    subprocess.run([sys.executable, "-c", CRASHER, str(path)], cwd=ROOT, check=False, capture_output=True)
+    subprocess.run([sys.executable, "-c", CRASHER, str(path)], cwd=REPO, check=False, capture_output=True)
     wal = Path(f"{path}.wal")
     wal_mb = round(wal.stat().st_size / 1e6, 2) if wal.exists() else 0.0
     t = time.perf_counter()
@@ -525,9 +454,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--ingest-n", type=int, default=2000, help="0 skips the ingest benchmark")
     parser.add_argument("--workdir", default=None, help="where temporary stores go (default: a temp dir)")
-    parser.add_argument("--no-save", action="store_true", help="do not write bench/results/")
+    parser.add_argument("--no-save", action="store_true", help="print only, write no file")
     parser.add_argument(
-        "--out", default=None, help="results file (default: bench/results/search-<UTC date>.json)"
+        "--out",
+        type=Path,
+        default=RESULTS / "search.json",
+        help="results file (default: bench/results/search.json)",
     )
     parser.add_argument(
         "--synthetic-passages",
@@ -610,12 +542,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "p50"
             ],
         }
-    result["machine"]["loadavg_end"] = _loadavg()
+    result["machine"]["loadavg_end"] = loadavg()
     result["wall_s"]["total"] = round(time.perf_counter() - T0, 1)
     text = json.dumps(result, indent=2)
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        target = Path(args.out) if args.out else RESULTS / f"search-{started.strftime('%Y-%m-%d')}.json"
+        target = args.out
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, target)

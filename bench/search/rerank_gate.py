@@ -6,7 +6,10 @@ ms-marco-MiniLM-L-6 cross-encoder): its **quality means nothing**, its cost per 
 gate's skip rate (which depends on the first-stage rankings, not on the model) are what this
 prints. Pass ``--reranker NAME_OR_FOLDER`` to measure a real one, quality included.
 
-    python bench/rerank_gate.py [--reranker PATH] [--data ../shared/datasets/beir/scifact]
+    python -m bench.search.rerank_gate [--reranker PATH] [--data ../shared/datasets/beir/scifact] [--out FILE]
+
+Prints the figures as JSON lines and writes them to ``--out`` (default
+``bench/results/rerank-gate.json``).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.lib.paths import BEIR, RESULTS
 from nbmemory.eval.beir import load
 from nbmemory.eval.cache import CachedEmbedder, cache_root
 from nbmemory.eval.harness import make_embedder, prepare_store, run_config, set_torch_threads
+from nbmemory.eval.report import write_json
 from nbmemory.eval.scenario import _apply_timeline, generate
 from nbmemory.memory import Memory
 from nbmemory.search.pipeline import PipelineConfig
@@ -76,9 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--reranker", help="CrossEncoder name or folder (default: a toy one trained here)")
-    parser.add_argument("--data", nargs="*", default=["../shared/datasets/beir/scifact"], help="BEIR folders")
+    parser.add_argument("--data", nargs="*", default=[str(BEIR / "scifact")], help="BEIR folders")
     parser.add_argument("--depth", type=int, default=20, help="candidates the cross-encoder scores")
-    parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "rerank-gate.json",
+        help="write the figures here (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     set_torch_threads(1)
     reranker = args.reranker or toy_cross_encoder()
@@ -112,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                     run = run_config(mem, name, cfg, queries, dataset.qrels, k=100, keep_hits=False)
                     out[dataset.name][f"ndcg@10 {name}"] = round(run.overall["ndcg@10"], 4)
         print(f"{dataset.name}:", json.dumps(out[dataset.name]), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    write_json(out, args.out)
     return 0
 
 

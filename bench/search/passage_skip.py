@@ -5,7 +5,7 @@ stored), then runs each query twice, alternating the order: once as shipped (a m
 passages skips the lookup, ``passages.none_stored``) and once forced through the lookup of every
 candidate's content hash. Prints the convex stage's p50 for both and the load average.
 
-    python bench/passage_skip.py [--n 10000] [--queries 300]
+    python -m bench.search.passage_skip [--n 10000] [--queries 300]
 """
 
 from __future__ import annotations
@@ -13,18 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.lib.corpus import load_chunks, load_queries
+from bench.lib.embed_cache import CachedEmbedder
+from bench.lib.measure import forget_queries
 
-from bench.bench_search import forget_queries  # noqa: E402
-from bench.corpus import load_chunks, load_queries  # noqa: E402
-from bench.embed_cache import CachedEmbedder  # noqa: E402
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,9 @@ best match holds),
 with the NDCG@10 (pytrec_eval) of the flagged queries against that of all of them: a flag on a
 query the search answers well is a false flag.
 
-    python bench/noanswer_beir.py [--data ../shared/datasets/beir/scifact ../shared/datasets/beir/nfcorpus]
+    python -m bench.quality.noanswer_beir [--data ../shared/datasets/beir/scifact ../shared/datasets/beir/nfcorpus]
+
+Prints a few lines per dataset; writes no file.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bench.lib.paths import BEIR as DATA
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "datasets" / "beir"
 
 
 def _mean(per: dict[str, float], qids: Iterable[str]) -> float:

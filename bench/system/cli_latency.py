@@ -1,6 +1,7 @@
-"""Wall time of `nbmemory search` as a user runs it, with the real model: prints JSON.
+"""Wall time of `nbmemory search` as a user runs it, with the real model: prints JSON and writes it
+to ``--out`` (default ``bench/results/cli-latency.json``).
 
-    python bench/cli_latency.py [--runs 30] [--out bench/results/cli-latency.json]
+    python -m bench.system.cli_latency [--runs 30] [--out FILE]
 
 Measured on a fresh memory holding the bundled sample corpus, each figure from separate
 processes of the installed `nbmemory` command:
@@ -32,8 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "nbmemory" / "sample_corpus"
+from bench.lib.paths import REPO, RESULTS
+from nbmemory.eval.report import write_json
+
+SAMPLE = REPO / "nbmemory" / "sample_corpus"
 QUERIES = [
     "how do I rotate the api token",
     "staging database host",
@@ -116,7 +119,12 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=30, help="warm and held searches (default 30)")
     parser.add_argument("--in-process-runs", type=int, default=3, help="runs without an owner (default 3)")
-    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "cli-latency.json",
+        help="write the JSON here (default %(default)s)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nbm-bench-"))
     env = {
@@ -170,10 +178,8 @@ def main() -> None:
         subprocess.run([*command(), "stop"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(tmp, ignore_errors=True)
     result["load_after"] = load()
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+    write_json(result, args.out)
 
 
 if __name__ == "__main__":
