@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(BIN)/mypy nbmemory
 
 bench: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_search.py
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.search.bench_search
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -4,7 +4,6 @@ the memory API declared once and reachable through ``connect()`` with the declar
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,7 @@ from nbmemory import Memory, api
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import connect, wire
 from nbmemory.remote.shared import SharedMemory
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench import import_graph
+from tests import import_graph
 
 
 def test_the_import_graph_has_no_cycle() -> None:

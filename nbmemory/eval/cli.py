@@ -127,7 +127,7 @@ def cmd_eval_notes(args: argparse.Namespace) -> int:
 
 
 def add_tune_beir_arguments(p: argparse.ArgumentParser) -> None:
-    """Arguments of ``nbmemory eval tune-beir`` (also ``python -m bench.tune_beir``)."""
+    """Arguments of ``nbmemory eval tune-beir``."""
     p.add_argument(
         "--data", nargs="+", required=True, help="BEIR folders (the corpus is mined, never the queries)"
     )

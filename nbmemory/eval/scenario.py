@@ -31,7 +31,6 @@ within the top 10), coverage, Miss-Empty rate, each with a 95 % Wilson interval.
 
 from __future__ import annotations
 
-import math
 import random
 import re
 import tempfile
@@ -43,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
+from nbmemory.eval.margins import wilson
 from nbmemory.search.config import PipelineConfig
 
 if TYPE_CHECKING:
     import polars as pl
 
 KINDS = ("keyword-exact", "paraphrase", "procedure", "multi-topic", "miss", "updated")
-Z95 = 1.959963984540054
 
 # -- the world ---------------------------------------------------------------------------------
 
@@ -574,33 +573,6 @@ def _queries(asks: dict[str, dict[str, str]], rng: random.Random, per_kind: int)
 
 
 # -- scoring -----------------------------------------------------------------------------------
-
-
-def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion.
-
-    Parameters
-    ----------
-    successes:
-        Number of successes (may be fractional: for a mean of values in [0, 1], such as MRR,
-        pass ``mean * n``; the interval is then conservative, since such a variable's variance
-        is at most ``p (1 - p)``).
-    n:
-        Number of trials; ``n = 0`` gives ``(0.0, 1.0)``.
-
-    Returns
-    -------
-    (low, high)
-    """
-    if n <= 0:
-        return (0.0, 1.0)
-    if not 0 <= successes <= n:
-        raise ConfigError(f"successes must be between 0 and n={n}, got {successes}")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 @dataclass

@@ -5,7 +5,7 @@ is about is diluted by the rest of it. A chunk of prose that holds two or more w
 vector per window, and search scores the chunk by the best of its own cosine and its windows'
 (:mod:`nbmemory.store.passages`). A window starts at every sentence (or paragraph, or code block)
 and takes the following ones while it stays under :data:`WINDOW_CHARS` characters; one long block
-is cut at twice that. Measured in ``bench/granularity.py`` (README "Retrieval granularity").
+is cut at twice that. Measured in ``bench/quality/granularity.py`` (README "Retrieval granularity").
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def pieces(text: str) -> list[str]:
 def windows(text: str, size: int = WINDOW_CHARS, disjoint: bool = False) -> list[str]:
     """One window per starting piece, each taking the next pieces while under ``size`` characters
     (cut at ``2 * size``); the last window reaches the end of the text. ``disjoint``: the next
-    window starts where the last one ended instead (measured, not used: ``bench/granularity.py``)."""
+    window starts where the last one ended instead (measured, not used: ``bench/quality/granularity.py``)."""
     parts = pieces(text)
     out: list[str] = []
     i = 0

@@ -16,7 +16,7 @@ from nbmemory.store.db import Database, utcnow
 #: Searches whose counter updates and log rows are written together.
 LOG_FLUSH_EVERY = 16
 # Retention of the two write-only logs, which otherwise grow with every search and every write
-# (bench/load_bench.py): the newest SEARCH_LOG_KEEP searches are kept (tune mines the recent ones), and a
+# (bench/system/load_bench.py): the newest SEARCH_LOG_KEEP searches are kept (tune mines the recent ones), and a
 # request key lives REQUEST_KEY_TTL (a client retries within FAILOVER_SECONDS, 60 s). Pruning
 # runs once every PRUNE_EVERY log rows written.
 SEARCH_LOG_KEEP = 100_000

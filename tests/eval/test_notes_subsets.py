@@ -1,4 +1,4 @@
-"""Smaller memories cut from a notes corpus (``bench/subsets.py``), as the benchmarks cut them."""
+"""Smaller memories cut from a notes corpus (:mod:`nbmemory.eval.subsets`), as the benchmarks cut them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.subsets import fitting, present_notes, subset
 from nbmemory.eval.notes import NotesQuery
+from nbmemory.eval.subsets import fitting, present_notes, subset
 
 TIL = Path(__file__).resolve().parents[1] / "data" / "til"
 

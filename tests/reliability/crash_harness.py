@@ -20,7 +20,9 @@ itself a random few milliseconds after the N-th ``mark NAME`` (``commit``, ``che
 ``hnsw-create``, ``fts-build``, ...). Some runs kill a second child while it recovers the file.
 Everything is drawn from one seeded RNG; a failing run keeps a copy of its store.
 
-Standalone: ``python bench/crash_harness.py --runs 50 --seed 1`` (prints JSON figures).
+Standalone, from the repository root: ``python -m tests.reliability.crash_harness --runs 50 --seed 1
+-v`` (one line per kill on stderr with ``-v``, the figures as JSON on stdout; exit status 1 if a
+run failed, its store kept under ``--workdir``/failures).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ left behind, HNSW persistence at CHECKPOINT, an HNSW rebuild, a re-embed, an FTS
 load with the index dropped); the slow run draws 60 kills at random:
 
     make test-slow                      # or: pytest -m slow tests/reliability/test_crash.py -s
-    python bench/crash_harness.py --runs 50 --seed 1 -v      # standalone, prints JSON figures
+    python -m tests.reliability.crash_harness --runs 50 --seed 1 -v   # standalone, prints JSON figures
 
 ``NBMEMORY_CRASH_RUNS`` and ``NBMEMORY_CRASH_SEED`` change the slow run's size and seed.
 """

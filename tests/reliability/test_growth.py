@@ -1,6 +1,6 @@
 """What a long-running owner must not accumulate, and the sharing layer under concurrent threads.
 
-Measured by ``python bench/load_bench.py`` (sustained load, RSS and file size over time); these
+Measured by ``python -m bench.system.load_bench`` (sustained load, RSS and file size over time); these
 tests pin the fixes with small limits so that they run in seconds.
 """
 

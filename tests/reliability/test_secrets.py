@@ -1,14 +1,14 @@
 """Secret redaction as a benchmark: hundreds of fake keys across vendors and contexts, look-alikes,
 and the same secrets written into notebooks and indexed (stored text, embedder input, FTS terms).
 
-Figures: ``python bench/secrets_bench.py`` (add ``--pipeline`` for the notebook run).
+Figures: ``python -m bench.ingest.secrets_bench`` (add ``--pipeline`` for the notebook run); the
+labelled set is :mod:`tests.reliability.secret_corpus`.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,8 @@ from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest import indexer
 from nbmemory.ingest.redact import KINDS, Redaction, redact
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench import secret_corpus
-from bench.secret_corpus import SecretCase, leaked
+from tests.reliability import secret_corpus
+from tests.reliability.secret_corpus import SecretCase, leaked
 
 # The bounds this suite holds the redactor to.
 MIN_RECALL = 0.99

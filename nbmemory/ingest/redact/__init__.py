@@ -48,8 +48,9 @@ Decisions
 * AWS's documented example keys (``AKIAIOSFODNN7EXAMPLE``) are redacted like any key of that
   format: an allow-list of "example" values is a hole a real key could fall through.
 * A ``#`` inside a URL password (invalid, but pasted) belongs to the password.
-* ``bench/secret_corpus.py`` is the labelled benchmark (hundreds of fake keys across vendors,
-  look-alikes); ``bench/secrets_bench.py`` prints recall per vendor and the false-positive rate.
+* ``tests/reliability/secret_corpus.py`` is the labelled benchmark (hundreds of fake keys across
+  vendors, look-alikes); ``bench/ingest/secrets_bench.py`` prints recall per vendor and the
+  false-positive rate.
 
 Layout
 ------

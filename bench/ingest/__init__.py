@@ -1,0 +1,1 @@
+"""Indexing cost: re-indexing, passages, secret redaction."""

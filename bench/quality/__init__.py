@@ -1,0 +1,1 @@
+"""Search quality: the notes side-by-side, its margins, the no-answer flag, retrieval granularity."""

@@ -1,0 +1,1 @@
+"""Search latency and scale: nbmemory beside the SQLite reference, stage costs, profiles."""

@@ -1,0 +1,1 @@
+"""The whole system: command-line latency, sustained load, an MCP session."""
