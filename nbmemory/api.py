@@ -8,6 +8,7 @@ A new operation is declared here once, with its signature and docstring.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -19,8 +20,28 @@ if TYPE_CHECKING:
     from nbmemory.items import Hit, Item
     from nbmemory.search.config import PipelineConfig
     from nbmemory.search.result import SearchResult
+    from nbmemory.search.trace import Trace
     from nbmemory.store.doctor import DoctorReport
     from nbmemory.tune.versions import ModelVersion
+
+
+#: The value types the operations take and return, for the front ends: imported on first use,
+#: so that a client of a warm owner, which never needs DuckDB or numpy, does not load them.
+TYPES = {
+    "IndexReport": "nbmemory.ingest.indexer",
+    "PipelineConfig": "nbmemory.search.config",
+    "SearchResult": "nbmemory.search.result",
+    "Trace": "nbmemory.search.trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbmemory.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 class MemoryAPI(Protocol):

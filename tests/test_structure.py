@@ -37,6 +37,69 @@ def test_lower_layers_never_import_the_facade() -> None:
     assert offenders == {}
 
 
+#: The serving code: what answers a search or takes a write. It never reads evaluation code or data.
+SERVING = ("nbmemory.store", "nbmemory.search", "nbmemory.ingest", "nbmemory.embed", "nbmemory.remote")
+FACADE = ("nbmemory.memory", "nbmemory.api", "nbmemory.jobs", "nbmemory.options", "nbmemory.config")
+#: The front ends, each in its own package.
+FRONT_ENDS = ("nbmemory.cli", "nbmemory.jupyter", "nbmemory.mcp", "nbmemory.server")
+#: What a front end may import: the facade (in one process or shared), its jobs, the option
+#: specs, the value types it hands out, and other front ends.
+FRONT_END_MAY_IMPORT = (
+    "nbmemory.memory",
+    "nbmemory.api",
+    "nbmemory.remote",
+    "nbmemory.jobs",
+    "nbmemory.options",
+    "nbmemory.errors",
+    "nbmemory.items",
+    "nbmemory.config",
+    "nbmemory.safety",
+    "nbmemory.progress",
+    "nbmemory.demo",
+    *FRONT_ENDS,
+)
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_serving_code_never_imports_evaluation() -> None:
+    edges = import_graph.graph()
+    offenders = {
+        m: sorted(t for t in targets if _under(t, ("nbmemory.eval",)))
+        for m, targets in edges.items()
+        if _under(m, SERVING + FACADE)
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_front_ends_import_only_the_facade_and_the_option_specs() -> None:
+    edges = import_graph.graph()
+    assert any(_under(m, ("nbmemory.jupyter",)) for m in edges)  # the walk found the front ends
+    offenders = {}
+    for module, targets in edges.items():
+        if not _under(module, FRONT_ENDS):
+            continue
+        # ``nbmemory eval ...`` is the evaluation's own command line, mounted by the CLI.
+        allowed = FRONT_END_MAY_IMPORT + (("nbmemory.eval.cli",) if _under(module, ("nbmemory.cli",)) else ())
+        bad = sorted(t for t in targets if t.startswith("nbmemory.") and not _under(t, allowed))
+        if bad:
+            offenders[module] = bad
+    assert offenders == {}
+
+
+def test_nothing_below_the_front_ends_imports_one() -> None:
+    edges = import_graph.graph()
+    offenders = {
+        m: sorted(t for t in targets if _under(t, FRONT_ENDS))
+        for m, targets in edges.items()
+        # The evaluation notebooks' helpers draw with the notebook's charts.
+        if not _under(m, FRONT_ENDS + ("nbmemory.eval",)) and m != "nbmemory"
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
 def test_memory_implements_every_declared_operation_with_its_signature() -> None:
     assert len(api.API_METHODS) >= 15
     for name in api.API_METHODS:

@@ -230,7 +230,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     Option("--ns", help="only this namespace (default: all)"),
 )
 def cmd_related(args: argparse.Namespace) -> int:
-    from nbmemory import SearchResult, Trace
+    from nbmemory.api import SearchResult, Trace
 
     with _memory(args) as mem:
         hits = mem.related(args.id, k=args.k, namespace=args.ns)

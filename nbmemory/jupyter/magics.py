@@ -48,7 +48,7 @@ from nbmemory.options import (
 )
 
 if TYPE_CHECKING:
-    from nbmemory import IndexReport, SearchResult
+    from nbmemory.api import IndexReport, SearchResult
     from nbmemory.jupyter.notebook_context import Links
     from nbmemory.jupyter.widgets import MemoryExplorer
     from nbmemory.memory import Memory
@@ -373,7 +373,7 @@ class MemoryMagics(Magics):
             %memrelated 42 -k 5
         """
         args = _parse(self.memrelated, _without_semicolon(line))
-        from nbmemory import SearchResult, Trace
+        from nbmemory.api import SearchResult, Trace
 
         with _as_usage_errors():
             hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)

@@ -22,7 +22,7 @@ import polars as pl
 from nbmemory.errors import ConfigError
 
 if TYPE_CHECKING:
-    from nbmemory import SearchResult
+    from nbmemory.api import SearchResult
     from nbmemory.items import Hit
 
 __all__ = [

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 from traitlets import Any as AnyTrait
 from traitlets import CaselessStrEnum, Float, Instance, Integer, List, Unicode, observe
 
-from nbmemory import SearchResult
+from nbmemory.api import SearchResult
 from nbmemory.errors import NbMemoryError
 from nbmemory.items import Hit
 from nbmemory.jupyter import plots

@@ -22,7 +22,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
-from nbmemory import PipelineConfig
+from nbmemory.api import PipelineConfig
 from nbmemory.errors import NbMemoryError, NotFoundError
 from nbmemory.jobs import IndexJob, TuneJob, error_text
 from nbmemory.options import (
