@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from nbmemory.items import Hit, Item
     from nbmemory.search.config import PipelineConfig
     from nbmemory.search.result import SearchResult
-    from nbmemory.search.trace import Trace
     from nbmemory.store.doctor import DoctorReport
     from nbmemory.tune.versions import ModelVersion
 

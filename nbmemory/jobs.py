@@ -9,7 +9,7 @@ A tuning run in a background thread keeps the kernel free while it mines, trains
 cells go on meanwhile with the current model. Tuning trains its own copy of the model and stages
 the candidate's vectors beside the live ones, so nothing a search reads changes until the gate
 adopts the candidate and the swap replaces model and vectors in one step (writes that began with
-the old model commit first: see ``Memory._swap``).
+the old model commit first: see ``ActiveModel.swap`` in :mod:`nbmemory.active_model`).
 """
 
 from __future__ import annotations

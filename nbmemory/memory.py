@@ -14,34 +14,32 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from nbmemory import api, validate
+from nbmemory.active_model import ActiveModel, ModelPolicy
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
 from nbmemory.embed.loader import load_for_store
-from nbmemory.errors import ConfigError, ModelMismatchError, NotFoundError
+from nbmemory.errors import ConfigError, NotFoundError
 from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
-from nbmemory.model_use import ModelUse
 from nbmemory.progress import stderr_bar
 from nbmemory.search import nearmiss, reject
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.pipeline import MAX_K, SearchPipeline
 from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, passages, reembed, request_keys, vectors
-from nbmemory.store import items as item_rows
+from nbmemory.store import fts, item_rows, passages, request_keys, vectors
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.doctor import DoctorReport, run_doctor
 from nbmemory.store.search_log import SearchLog
 from nbmemory.tune import versions
 
-ModelPolicy = Literal["reembed", "error", "defer"]
 # Bulk deletes past this many rows compact the HNSW graph (DESIGN.md, note 4).
 COMPACT_AFTER_DELETES = 500
 
@@ -89,12 +87,9 @@ class Memory:
         self.show_progress = progress
         self.pipeline_config = pipeline or PipelineConfig(rrf_k=settings.rrf_k)
         self.db = Database(settings.db_path)
-        self._embedder = embedder
-        self._model_checked = False
-        #: Writes share it from embedding to commit, a model swap holds it alone: a write never
-        #: stores a vector of the model a swap (a background ``tune``) just replaced.
-        self._model_use = ModelUse()
-        self._model_mismatch: str | None = None
+        #: The model, checked against the file's; writes share it, a swap (a background ``tune``)
+        #: holds it alone, so a write never stores a vector of a model just replaced.
+        self._model = ActiveModel(self.db, settings, embedder, on_model_change, self._log, progress)
         self._search_log = SearchLog(self.db)
         if not fts.index_exists(self.db):
             fts.rebuild(self.db)
@@ -118,49 +113,10 @@ class Memory:
     @property
     def embedder(self) -> Embedder:
         """The embedder, loaded on first use and checked against the file's model."""
-        embedder = self._loaded_embedder()
-        if not self._model_checked:
-            self._check_model(embedder)
-        return embedder
-
-    def _loaded_embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = load_for_store(self.db, self.settings.model, self.settings.device, log=self._log)
-        return self._embedder
-
-    def _check_model(self, embedder: Embedder) -> None:
-        stored = self.db.get_meta("model_fingerprint")
-        if stored is None:
-            vectors.start(self.db, embedder)
-        elif stored == embedder.fingerprint:
-            # A load killed while the index was dropped (vectors.bulk_load) left none: rebuild.
-            vectors.ensure_index(self.db)
-        else:
-            message = (
-                f"memory file {self.path} holds vectors from model {self.db.get_meta('model_name')!r} "
-                f"({stored}); the current model is {embedder.name!r} ({embedder.fingerprint})"
-            )
-            if self.on_model_change == "error":
-                raise ModelMismatchError(
-                    message + ": pass on_model_change='reembed' or run `nbmemory doctor --repair`"
-                )
-            if self.on_model_change == "defer":
-                self._set_model_state(False, message)
-                return
-            self._log(message + ": re-embedding every item")
-            self._reembed(embedder)
-        self._set_model_state(True)
-
-    def _set_model_state(self, checked: bool, mismatch: str | None = None) -> None:
-        self._model_checked, self._model_mismatch = checked, mismatch
+        return self._model.embedder()
 
     def _require_model_match(self) -> Embedder:
-        embedder = self.embedder
-        if self._model_mismatch:
-            raise ModelMismatchError(
-                f"{self._model_mismatch}: run Memory.reembed() or `nbmemory doctor --repair` first"
-            )
-        return embedder
+        return self._model.matching()
 
     def _log(self, message: str) -> None:
         if self.show_progress:
@@ -176,7 +132,7 @@ class Memory:
         if not paths:
             raise ConfigError("index needs at least one file or folder")
         self._require_model_match()  # a model change re-embeds here, before the write begins
-        with self._model_use.writing(), stderr_bar("indexing", self.show_progress) as bar:
+        with self._model.use.writing(), stderr_bar("indexing", self.show_progress) as bar:
             embedder = self._require_model_match()
             max_bytes = int(self.settings.max_file_mb * 1e6)
             indexer = Indexer(
@@ -284,7 +240,7 @@ class Memory:
         ns = namespace or self.settings.namespace
         rows = remembered_rows(texts, ns, tags, importance, sources, headings)
         self._require_model_match()  # a model change re-embeds here, before the write begins
-        with self._model_use.writing():
+        with self._model.use.writing():
             embedder = self._require_model_match()
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
             with self.db.transaction():
@@ -292,7 +248,7 @@ class Memory:
                 self._search_log.note_rows(
                     request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
                 )
-            self._fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
+            self._model.fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
         return new_ids
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
@@ -317,7 +273,7 @@ class Memory:
         changed = text is not None and bool(text.strip()) and text.strip() != item.text
         if changed:
             self._require_model_match()  # a model change re-embeds here, before the write begins
-        with self._model_use.writing():
+        with self._model.use.writing():
             if changed and text is not None:
                 clean = redact(text.strip()).text
                 embedder = self._require_model_match()
@@ -326,7 +282,7 @@ class Memory:
                 item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
             if new_text is not None:
                 digest = chunk_rows.content_hash(item.heading, new_text[0])
-                self._fill_passages(embedder, [(digest, item.heading, new_text[0], item.kind)])
+                self._model.fill_passages(embedder, [(digest, item.heading, new_text[0], item.kind)])
         vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
@@ -424,37 +380,10 @@ class Memory:
 
     # -- maintenance ------------------------------------------------------------------------
     def reembed(self) -> int:
-        return self._reembed(self._loaded_embedder())
+        return self._reembed(self._model.loaded())
 
     def _reembed(self, embedder: Embedder) -> int:
-        with stderr_bar("re-embedding", self.show_progress) as progress:
-            reembed.stage(self.db, embedder, progress)
-            return self._swap(embedder, progress)
-
-    def _fill_passages(self, embedder: Embedder, contents: list[passages.Content] | None = None) -> None:
-        """Embed the passages of ``contents`` (None: of every chunk lacking them) for ``embedder``,
-        unless passages are off (``Settings.passages``)."""
-        if not self.settings.passages:
-            return
-        if contents is None:
-            passages.fill_missing(self.db, embedder)
-        else:
-            passages.fill(self.db, embedder, contents)
-
-    def _swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
-        # The new model's passages first, while writes go on; then, after every write that
-        # began with the old model has committed and before the next starts, what they added.
-        self._fill_passages(embedder)
-        with self._model_use.swapping():
-            self._fill_passages(embedder)
-            count = reembed.swap(self.db, embedder, self._switch_model, progress)
-            passages.keep_only(self.db, [embedder.fingerprint])
-            return count
-
-    def _switch_model(self, embedder: Embedder) -> None:
-        # Called by reembed.swap under the database lock, in the same step as the swap.
-        self._embedder = embedder
-        self._set_model_state(True)
+        return self._model.reembed(embedder)
 
     # -- model versions (nbmemory.tune) -----------------------------------------------------
     def models(self) -> list[versions.ModelVersion]:
@@ -484,7 +413,7 @@ class Memory:
         current = self._require_model_match()
         self.flush()  # the search log is one of the query sources
         return tune_memory(
-            self.db, current, self.settings, self.pipeline_config, self._swap, options, progress
+            self.db, current, self.settings, self.pipeline_config, self._model.swap, options, progress
         )
 
     def stats(self) -> dict[str, Any]:
@@ -492,9 +421,9 @@ class Memory:
         return item_rows.stats(self.db, self.path)
 
     def doctor(self, repair: bool = False) -> DoctorReport:
-        report = run_doctor(self.db, self._loaded_embedder, self.reembed, repair, self.settings.passages)
+        report = run_doctor(self.db, self._model.loaded, self.reembed, repair, self.settings.passages)
         if report.model_ok is not None:
-            self._set_model_state(report.model_ok, None if report.model_ok else "model mismatch")
+            self._model.set_state(report.model_ok, None if report.model_ok else "model mismatch")
         return report
 
     def export(self, out: str | os.PathLike[str], include_forgotten: bool = False) -> int:

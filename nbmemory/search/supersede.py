@@ -60,7 +60,7 @@ def demote(order: list[tuple[int, float]], newer: dict[int, int]) -> list[tuple[
 
 
 def _any_links(db: Database) -> bool:
-    # Cached per open file until a link is added (nbmemory.store.items.add_link): most memories
+    # Cached per open file until a link is added (nbmemory.store.item_rows.add_link): most memories
     # have none, and the question costs a statement per search.
     cached = db.cache.get("supersedes_links")
     if not isinstance(cached, bool):

@@ -1,0 +1,137 @@
+"""The model a memory embeds with: loaded on first use, checked against the model the file's
+vectors came from, and replaced in one step (re-embedding, tuning, ``use_model``).
+
+Writes share the model from embedding to commit and a swap takes it alone
+(:class:`~nbmemory.model_use.ModelUse`), so no write stores a vector of a model a swap just
+replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from nbmemory.config import Settings
+from nbmemory.embed.base import Embedder
+from nbmemory.embed.loader import load_for_store
+from nbmemory.errors import ModelMismatchError
+from nbmemory.model_use import ModelUse
+from nbmemory.progress import stderr_bar
+from nbmemory.store import passages, reembed, vectors
+from nbmemory.store.db import Database
+
+ModelPolicy = Literal["reembed", "error", "defer"]
+
+
+class ActiveModel:
+    """The embedder of one open memory file, and what changes it.
+
+    Parameters
+    ----------
+    db, settings:
+        The open file and its settings (model name, device, passages on or off).
+    embedder:
+        An embedder to use instead of loading ``settings.model``.
+    on_model_change:
+        What to do when the file's vectors come from another model (see :class:`~nbmemory.Memory`).
+    log, show_progress:
+        Where messages go, and whether long runs draw a progress bar on stderr.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        embedder: Embedder | None,
+        on_model_change: ModelPolicy,
+        log: Callable[[str], None],
+        show_progress: bool,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.on_model_change = on_model_change
+        self.log = log
+        self.show_progress = show_progress
+        self.use = ModelUse()
+        self._embedder = embedder
+        self._checked = False
+        self._mismatch: str | None = None
+
+    def loaded(self) -> Embedder:
+        """The embedder, loaded if need be, not checked against the file."""
+        if self._embedder is None:
+            self._embedder = load_for_store(self.db, self.settings.model, self.settings.device, log=self.log)
+        return self._embedder
+
+    def embedder(self) -> Embedder:
+        """The embedder, loaded on first use and checked against the file's model."""
+        embedder = self.loaded()
+        if not self._checked:
+            self._check(embedder)
+        return embedder
+
+    def matching(self) -> Embedder:
+        """The embedder, or a :class:`ModelMismatchError` when the file's vectors are another model's."""
+        embedder = self.embedder()
+        if self._mismatch:
+            raise ModelMismatchError(f"{self._mismatch}: run Memory.reembed() or `nbmemory doctor --repair` first")
+        return embedder
+
+    def set_state(self, checked: bool, mismatch: str | None = None) -> None:
+        self._checked, self._mismatch = checked, mismatch
+
+    def _check(self, embedder: Embedder) -> None:
+        stored = self.db.get_meta("model_fingerprint")
+        if stored is None:
+            vectors.start(self.db, embedder)
+        elif stored == embedder.fingerprint:
+            # A load killed while the index was dropped (vectors.bulk_load) left none: rebuild.
+            vectors.ensure_index(self.db)
+        else:
+            message = (
+                f"memory file {self.settings.db_path} holds vectors from model "
+                f"{self.db.get_meta('model_name')!r} ({stored}); the current model is {embedder.name!r} "
+                f"({embedder.fingerprint})"
+            )
+            if self.on_model_change == "error":
+                raise ModelMismatchError(
+                    message + ": pass on_model_change='reembed' or run `nbmemory doctor --repair`"
+                )
+            if self.on_model_change == "defer":
+                self.set_state(False, message)
+                return
+            self.log(message + ": re-embedding every item")
+            self.reembed(embedder)
+        self.set_state(True)
+
+    def fill_passages(self, embedder: Embedder, contents: list[passages.Content] | None = None) -> None:
+        """Embed the passages of ``contents`` (None: of every chunk lacking them) for ``embedder``,
+        unless passages are off (``Settings.passages``)."""
+        if not self.settings.passages:
+            return
+        if contents is None:
+            passages.fill_missing(self.db, embedder)
+        else:
+            passages.fill(self.db, embedder, contents)
+
+    def reembed(self, embedder: Embedder) -> int:
+        """Re-embed every item with ``embedder`` (resumably), then make it the model; the live items."""
+        with stderr_bar("re-embedding", self.show_progress) as progress:
+            reembed.stage(self.db, embedder, progress)
+            return self.swap(embedder, progress)
+
+    def swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
+        """Replace model and vectors in one step (staged vectors already in place)."""
+        # The new model's passages first, while writes go on; then, after every write that
+        # began with the old model has committed and before the next starts, what they added.
+        self.fill_passages(embedder)
+        with self.use.swapping():
+            self.fill_passages(embedder)
+            count = reembed.swap(self.db, embedder, self._switch, progress)
+            passages.keep_only(self.db, [embedder.fingerprint])
+            return count
+
+    def _switch(self, embedder: Embedder) -> None:
+        # Called by reembed.swap under the database lock, in the same step as the swap.
+        self._embedder = embedder
+        self.set_state(True)
