@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nbmemory.own_output import mimebundle
+
 ITEM_COLUMNS = (
     "id, namespace, kind, source, text, heading, cell_id, cell_index, line_start, line_end, page, "
     "tags, importance, pinned, access_count, retrieval_count, created_at, updated_at, deleted_at"
@@ -86,6 +88,10 @@ class Item:
         """``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``."""
         return location(self.source, self.cell_index, self.line_start, self.line_end, self.page)
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        # Shown in a notebook, a stored item is nbmemory's own output: indexing leaves it out.
+        return mimebundle(self, "Item")
+
 
 def location(
     source: str | None,
@@ -159,3 +165,7 @@ class Hit:
         data["location"] = self.location
         data["found_by"] = self.found_by
         return data
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        # Shown in a notebook, a stored item is nbmemory's own output: indexing leaves it out.
+        return mimebundle(self, "Hit")

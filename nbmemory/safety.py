@@ -20,9 +20,11 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
+from nbmemory.own_output import mimebundle
 
 __all__ = [
     "ContextBlock",
@@ -237,6 +239,9 @@ class ContextBlock:
         if over:
             parts.append(f"{over} over budget")
         return "; ".join(parts)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        return mimebundle(self, "ContextBlock")
 
     def __repr__(self) -> str:
         out = [self.text, "", f"-- {self.summary()}"]

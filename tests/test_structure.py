@@ -54,6 +54,7 @@ FRONT_END_MAY_IMPORT = (
     "nbmemory.items",
     "nbmemory.config",
     "nbmemory.safety",
+    "nbmemory.own_output",
     "nbmemory.progress",
     "nbmemory.demo",
     *FRONT_ENDS,

@@ -6,6 +6,9 @@ under a ``# Output:`` line when code and outputs fit in one chunk together; othe
 the code is chunked alone (kind ``notebook-code``) and the outputs go to separate
 chunks of kind ``notebook-output`` with the same cell id and index.  Images, HTML and
 widget outputs are skipped; raw cells and empty cells produce nothing.
+
+What nbmemory wrote itself is left out (:mod:`nbmemory.own_output`): a code cell that calls one
+of its magics, with its outputs, and any output nbmemory rendered (marked in its metadata).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from nbmemory.errors import BadFileError
 from nbmemory.ingest.markdown import SEP, markdown_pieces, scan_markdown
 from nbmemory.ingest.text import Piece, clean_lines, span_pieces
 from nbmemory.ingest.types import ChunkDraft
+from nbmemory.own_output import calls_magic, is_rendered
 
 __all__ = ["MAX_OUTPUT_CHARS", "OUTPUT_MARKER", "chunk_notebook"]
 
@@ -106,6 +110,8 @@ def _output_text(out: object, path: str, where: str) -> str:
     if kind == "stream":
         return _clean_output(_multiline(out.get("text"), path, f"{where} text"))
     if kind in ("execute_result", "display_data", "update_display_data", "pyout"):
+        if is_rendered(out.get("metadata")):
+            return ""  # a table of hits, a context block: nbmemory's own output
         data = out.get("data")
         if data is None:
             # nbformat 3 keeps the mime bundle in the output itself, under short keys.
@@ -284,6 +290,8 @@ def chunk_notebook(path: str, text: str, max_chars: int) -> list[ChunkDraft]:
             if marks:
                 nearest = marks[-1].text
             continue
+        if calls_magic(source):
+            continue  # a %memsearch cell and what it printed: the memory must not feed on itself
         outputs = _outputs(raw[index], index, path)
         heading = heading_for(nearest)
         code = "\n".join(lines).strip("\n")

@@ -17,6 +17,7 @@ from typing import Any
 
 from nbmemory.items import Hit, Item
 from nbmemory.jupyter.notebook_context import Links
+from nbmemory.own_output import mimebundle
 
 __all__ = ["HitTable", "ItemView", "SearchHits", "StatsView", "TextBlock", "location_html", "location_label"]
 
@@ -208,6 +209,9 @@ class HitTable:
             f"<th {_TD}>source</th><th {_TD}>text</th></tr></thead><tbody>{rows}</tbody></table></div>"
         )
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        return mimebundle(self, "HitTable")
+
     def __repr__(self) -> str:
         lines = [self.title] if self.title else []
         if not self.hits:
@@ -259,6 +263,9 @@ class ItemView:
             f"<pre style='white-space:pre-wrap'>{html.escape(it.text)}</pre></div>"
         )
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        return mimebundle(self, "ItemView")
+
     def __repr__(self) -> str:
         it = self.item
         where = location_label(
@@ -287,6 +294,9 @@ class StatsView:
         )
         return f"<table class='nbmemory-stats'>{rows}</table>"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        return mimebundle(self, "StatsView")
+
     def __repr__(self) -> str:
         width = max((len(str(k)) for k in self.stats), default=0)
         return "\n".join(f"{k:>{width}}: {self._value(v)}" for k, v in self.stats.items())
@@ -302,6 +312,9 @@ class TextBlock:
     def _repr_html_(self) -> str:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         return f"<div>{head}<pre>{html.escape(self.text)}</pre></div>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        return mimebundle(self, "TextBlock")
 
     def __repr__(self) -> str:
         return f"{self.title}\n{self.text}" if self.title else self.text
@@ -370,6 +383,9 @@ class SearchHits:
     def _repr_html_(self) -> str:
         trace = TextBlock(self.trace, title="ranking trace")._repr_html_() if self.trace else ""
         return self.table._repr_html_() + trace
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        return mimebundle(self, "SearchHits")
 
     def __repr__(self) -> str:
         text = repr(self.table)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nbmemory.items import Hit
+from nbmemory.own_output import mimebundle
 from nbmemory.search.trace import Stage, Trace
 from nbmemory.store.db import Database
 from nbmemory.store.rows import HitRow, fetch_rows
@@ -49,6 +50,10 @@ class SearchResult:
 
     def explain(self, top: int = 10) -> str:
         return self.trace.explain(top)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+        # Shown in a notebook, it is nbmemory's own output: indexing the notebook leaves it out.
+        return mimebundle(self, "SearchResult")
 
     def to_polars(self) -> pl.DataFrame:
         import polars as pl
