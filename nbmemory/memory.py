@@ -42,7 +42,7 @@ from nbmemory.store.search_log import SearchLog
 from nbmemory.tune import versions
 
 ModelPolicy = Literal["reembed", "error", "defer"]
-# Bulk deletes past this many rows compact the HNSW graph (DESIGN.md, note 4).
+# Bulk deletes past this many rows compact the HNSW graph (docs/architecture.md, note 4).
 COMPACT_AFTER_DELETES = 500
 
 
