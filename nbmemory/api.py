@@ -52,7 +52,7 @@ class MemoryAPI(Protocol):
         namespace: str | None = None,
         progress: Callable[[int, int, str], None] | None = None,
     ) -> IndexReport:
-        """Index files and folders (markdown, notebooks, code, text), incrementally.
+        """Index files and folders (markdown, notebooks, code, text, PDF, DOCX, HTML), incrementally.
 
         Unchanged files are skipped by mtime and size, then by content hash; removed files
         lose their chunks; bad files are skipped with a message in ``report.skipped``.
@@ -162,7 +162,7 @@ class MemoryAPI(Protocol):
         config: PipelineConfig | None = None,
         log: bool = True,
     ) -> SearchResult:
-        """Hybrid search: BM25 and vector retrieval fused with RRF, then the pipeline's stages.
+        """Hybrid search: BM25 and vector retrieval fused (convex by default, or RRF), then the stages.
 
         Filters restrict the results exactly (a filter matching 1 % of items still yields
         ``k`` hits when ``k`` exist). Returned items have their retrieval counters raised.

@@ -40,7 +40,7 @@ from nbmemory.store.doctor import DoctorReport, run_doctor
 from nbmemory.store.search_log import SearchLog
 from nbmemory.tune import versions
 
-# Bulk deletes past this many rows compact the HNSW graph (DESIGN.md, note 4).
+# Bulk deletes past this many rows compact the HNSW graph (docs/architecture.md, note 4).
 COMPACT_AFTER_DELETES = 500
 
 

@@ -83,7 +83,7 @@ def test_front_ends_import_only_the_facade_and_the_option_specs() -> None:
         if not _under(module, FRONT_ENDS):
             continue
         # ``nbmemory eval ...`` is the evaluation's own command line, mounted by the CLI.
-        allowed = FRONT_END_MAY_IMPORT + (("nbmemory.eval.cli",) if _under(module, ("nbmemory.cli",)) else ())
+        allowed = (*FRONT_END_MAY_IMPORT, *(("nbmemory.eval.cli",) if _under(module, ("nbmemory.cli",)) else ()))
         bad = sorted(t for t in targets if t.startswith("nbmemory.") and not _under(t, allowed))
         if bad:
             offenders[module] = bad
@@ -96,7 +96,7 @@ def test_nothing_below_the_front_ends_imports_one() -> None:
         m: sorted(t for t in targets if _under(t, FRONT_ENDS))
         for m, targets in edges.items()
         # The evaluation notebooks' helpers draw with the notebook's charts.
-        if not _under(m, FRONT_ENDS + ("nbmemory.eval",)) and m != "nbmemory"
+        if not _under(m, (*FRONT_ENDS, "nbmemory.eval")) and m != "nbmemory"
     }
     assert {m: t for m, t in offenders.items() if t} == {}
 

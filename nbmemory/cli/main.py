@@ -87,7 +87,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 @command(
     "index",
-    "index files and folders (markdown, notebooks, code, text), incrementally",
+    "index files and folders (markdown, notebooks, code, text, PDF, DOCX, HTML), incrementally",
     Option("paths", nargs="+", help="files or folders"),
     Option("--ns", help="namespace to index into (default: 'default')"),
 )

@@ -559,7 +559,7 @@ class MemoryMagics(Magics):
     )
     @line_magic
     def memindex(self, line: str) -> None:
-        """Index files and folders (markdown, notebooks, code, text), incrementally, with progress.
+        """Index files and folders (markdown, notebooks, code, text, PDF, DOCX, HTML) incrementally.
 
         With no path, indexes this notebook: its saved ``.ipynb`` file when the kernel knows it
         (refused, with a message, while the notebook has unsaved changes: save first), else the

@@ -7,8 +7,8 @@ by vl-convert, never fetched from a CDN. ``chart.save("x.svg")`` / ``"x.png"`` s
 static picture (vl-convert), as does the chart's own action menu.
 
 The search charts read a :class:`~nbmemory.SearchResult`'s trace: the ``bm25`` and ``vector``
-stages hold every candidate each retriever returned (ids best first, raw scores) and the ``rrf``
-stage the fused top-k with the RRF constant and weights in its notes.
+stages hold every candidate each retriever returned (ids best first, raw scores) and the fusion
+stage (``convex`` by default, or ``rrf``) the fused candidates, with its weights in its notes.
 """
 
 from __future__ import annotations

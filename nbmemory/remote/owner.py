@@ -1,7 +1,7 @@
 """The owner: the one process that holds the DuckDB file and answers the others.
 
 DuckDB lets one process open a file read-write and then refuses every other process, even
-read-only (DESIGN.md, note 5). So whichever process opens a memory first owns it and serves
+read-only (docs/architecture.md, note 5). So whichever process opens a memory first owns it and serves
 the facade's methods on a Unix socket next to nothing else: a folder only this user can enter,
 and an HMAC challenge with a per-file key (``multiprocessing.connection``), JSON messages.
 """

@@ -4,7 +4,7 @@ The first process to open a memory file owns it (DuckDB allows one read-write pr
 serves the others over a local socket; every other process is its client. When the owner goes
 away (a kernel restarts, the server stops, a process is killed), the next call of any client
 finds no owner, takes the file over and becomes the owner itself (or, for the command line,
-starts a background owner: :mod:`nbmemory.remote.background`). Writes carry a request key, so a
+starts a background owner: :mod:`nbmemory.remote.launch`). Writes carry a request key, so a
 write retried after its owner died is stored once.
 """
 

@@ -29,7 +29,7 @@ class Database:
     """One open memory file.
 
     The file is ATTACHed to an in-memory connection after the extensions are loaded, so a
-    write-ahead log that holds HNSW changes replays with ``vss`` present (DESIGN.md, note 2).
+    write-ahead log that holds HNSW changes replays with ``vss`` present (docs/architecture.md, note 2).
     After an unclean shutdown (a write-ahead log is left) every HNSW index is dropped before
     anything uses it; ``dropped_after_crash`` names them, and the vector index is rebuilt from
     the stored vectors on first use.

@@ -1,6 +1,6 @@
 """BM25 over DuckDB's ``fts`` index, never stale.
 
-``PRAGMA create_fts_index`` builds a snapshot (DESIGN.md, note 1) and ``match_bm25`` is
+``PRAGMA create_fts_index`` builds a snapshot (docs/architecture.md, note 1) and ``match_bm25`` is
 evaluated row by row. So:
 
 * the snapshot covers every chunk whose ``seq`` is at most the watermark stored in

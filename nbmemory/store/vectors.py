@@ -1,7 +1,7 @@
 """Vectors and their HNSW index.
 
 The ``vectors`` table is the only copy of the embeddings; the HNSW index over it is derived data
-that :func:`rebuild_index` can drop and recreate at any time (DESIGN.md, note 2). HNSW applies a
+that :func:`rebuild_index` can drop and recreate at any time (docs/architecture.md, note 2). HNSW applies a
 ``WHERE`` after its top-k (note 3), so filtered searches either scan the matching rows exactly or
 over-fetch and fall back to the exact scan when too few survive.
 """
@@ -89,7 +89,7 @@ def persisted(db: Database) -> bool:
 
     With the memory-resident index serving (:mod:`nbmemory.store.hot`, the default) the graph
     would only cost: inserts pay for updating it, its rebuilds make a write wait (a minute at
-    50k rows), and a crash's log replay can corrupt it (DESIGN.md, note 2). So it is not built,
+    50k rows), and a crash's log replay can corrupt it (docs/architecture.md, note 2). So it is not built,
     and one found in the file is dropped instead of being rebuilt. ``NBMEMORY_HOT=0`` keeps it.
     """
     return not hot.ENABLED or db.read_only

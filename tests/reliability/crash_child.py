@@ -243,7 +243,7 @@ class Child:
 
     def phase_remember_many(self) -> None:
         # Small enough that a batch of a few hundred counts as a bulk load: the HNSW index is
-        # dropped for the load and rebuilt after it, the window DESIGN.md note 2 worries about.
+        # dropped for the load and rebuilt after it, the window docs/architecture.md, note 2, worries about.
         vectors.BULK_MIN = 50
         vectors.BULK_FRACTION = 0.0
         while True:

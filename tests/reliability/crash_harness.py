@@ -49,7 +49,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 PHASES = ("remember", "remember_many", "forget", "index", "reembed", "fts", "hnsw", "checkpoint", "wal")
 DIM = 48
-# doctor findings about data that is derived and rebuilt from the table (DESIGN.md, note 2).
+# doctor findings about data that is derived and rebuilt from the table (docs/architecture.md, note 2).
 DERIVED_CHECKS = {"vector index", "full-text index", "interrupted re-embed"}
 # Named kill points per phase: (mark, highest N to draw, highest delay in ms to draw).
 KILL_POINTS: dict[str, list[tuple[str, int, float]]] = {
