@@ -279,7 +279,9 @@ export function tuneLine(job: ITuneJob): string {
   if ('error' in report) {
     return `Tuning failed: ${report.error}`;
   }
-  return report.adopted ? `Adopted ${report.version}: ${report.reason}` : report.reason;
+  return report.adopted
+    ? `Adopted ${report.version}: ${report.reason}`
+    : report.reason;
 }
 
 /** `bm25 #2 · vector #5`: the rank each retriever gave a hit. */

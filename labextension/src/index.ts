@@ -11,6 +11,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { IHit, baseName, remember, startIndex, waitForJob } from './api';
+// eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() adds the sidebar at once
 import { MemoryPanel } from './panel';
 
 const PLUGIN_ID = 'nbmemory:plugin';
@@ -70,15 +71,22 @@ function selectionPlace(
   const current = app.shell.currentWidget as any;
   if (current && current === tracker.currentWidget) {
     const index = (current as NotebookPanel).content.activeCellIndex;
-    return { source: current.context.path, heading: `${baseName(current.context.path)}, cell ${index + 1}` };
+    return {
+      source: current.context.path,
+      heading: `${baseName(current.context.path)}, cell ${index + 1}`
+    };
   }
   const editor = current?.content?.editor;
   if (editor && current?.context?.path) {
     const { start, end } = editor.getSelection();
     const first = Math.min(start.line, end.line) + 1;
     const last = Math.max(start.line, end.line) + 1;
-    const lines = first === last ? `line ${first}` : `lines ${first}\u2013${last}`;
-    return { source: current.context.path, heading: `${baseName(current.context.path)}, ${lines}` };
+    const lines =
+      first === last ? `line ${first}` : `lines ${first}\u2013${last}`;
+    return {
+      source: current.context.path,
+      heading: `${baseName(current.context.path)}, ${lines}`
+    };
   }
   return {};
 }
@@ -102,15 +110,25 @@ async function revealLines(widget: any, target: ITarget): Promise<void> {
   await widget.revealed;
   const last = Math.max(0, editor.lineCount - 1);
   const line = Math.min(Math.max(target.line_start - 1, 0), last);
-  const end = Math.min(Math.max((target.line_end ?? target.line_start) - 1, line), last);
+  const end = Math.min(
+    Math.max((target.line_end ?? target.line_start) - 1, line),
+    last
+  );
   editor.setCursorPosition({ line, column: 0 });
   // CodeMirror's EditorView: centre the range's first line, with the lines above it for context.
   const view = editor.editor;
   const scrollIntoView = view?.constructor?.scrollIntoView;
   if (scrollIntoView && view.state?.doc) {
-    view.dispatch({ effects: scrollIntoView(view.state.doc.line(line + 1).from, { y: 'center' }) });
+    view.dispatch({
+      effects: scrollIntoView(view.state.doc.line(line + 1).from, {
+        y: 'center'
+      })
+    });
   } else {
-    editor.revealSelection({ start: { line, column: 0 }, end: { line: end, column: 0 } });
+    editor.revealSelection({
+      start: { line, column: 0 },
+      end: { line: end, column: 0 }
+    });
   }
   editor.focus();
 }
@@ -124,7 +142,11 @@ async function revealCell(panel: NotebookPanel, hit: ITarget): Promise<void> {
   if (hit.cell_id) {
     index = notebook.widgets.findIndex(cell => cell.model.id === hit.cell_id);
   }
-  if (index < 0 && hit.cell_index !== null && hit.cell_index < notebook.widgets.length) {
+  if (
+    index < 0 &&
+    hit.cell_index !== null &&
+    hit.cell_index < notebook.widgets.length
+  ) {
     index = hit.cell_index;
   }
   if (index < 0) {
@@ -138,7 +160,8 @@ async function revealCell(panel: NotebookPanel, hit: ITarget): Promise<void> {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'The Memory sidebar: hybrid search over nbmemory, remember and index from notebooks.',
+  description:
+    'The Memory sidebar: hybrid search over nbmemory, remember and index from notebooks.',
   autoStart: true,
   requires: [IDocumentManager, INotebookTracker],
   optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer],
@@ -172,16 +195,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // at the line or cell, instead of the href's whole new Lab or line 1. Capture phase: it runs
     // before the rendermime's own link handler. Without this extension the href still works.
     const number = (value: string | undefined): number | null =>
-      value === undefined || value === '' || isNaN(Number(value)) ? null : Number(value);
+      value === undefined || value === '' || isNaN(Number(value))
+        ? null
+        : Number(value);
     document.addEventListener(
       'click',
       event => {
-        if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) {
+        if (
+          event.button !== 0 ||
+          event.ctrlKey ||
+          event.metaKey ||
+          event.shiftKey ||
+          event.altKey
+        ) {
           return;
         }
-        const link = (event.target as Element | null)?.closest?.('[data-nbmemory-path]') as
-          | HTMLElement
-          | null;
+        const link = (event.target as Element | null)?.closest?.(
+          '[data-nbmemory-path]'
+        ) as HTMLElement | null;
         if (!link) {
           return;
         }
@@ -212,7 +243,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // A run started before this page loaded (a reload, another tab) is followed here too.
     void panel.resumeTune();
 
-    const namespace = (): string | undefined => panel.defaultNamespace || undefined;
+    const namespace = (): string | undefined =>
+      panel.defaultNamespace || undefined;
 
     const indexPath = async (path: string, quiet = false): Promise<void> => {
       const job = await startIndex([path], namespace());
@@ -220,9 +252,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (done.state === 'error') {
         Notification.error(`Indexing ${path} failed: ${done.error}`);
       } else if (!quiet) {
-        Notification.success(`Indexed ${path}: ${done.report?.summary.split('\n')[0] ?? ''}`, {
-          autoClose: 4000
-        });
+        Notification.success(
+          `Indexed ${path}: ${done.report?.summary.split('\n')[0] ?? ''}`,
+          {
+            autoClose: 4000
+          }
+        );
       }
       if (panel.query) {
         await panel.refresh();
@@ -234,7 +269,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       place: { source?: string; heading?: string }
     ): Promise<void> => {
       if (!text.trim()) {
-        Notification.warning('Nothing to remember: select some text first.', { autoClose: 3000 });
+        Notification.warning('Nothing to remember: select some text first.', {
+          autoClose: 3000
+        });
         return;
       }
       const item = await remember(text, { namespace: namespace(), ...place });
@@ -258,7 +295,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand(CommandIDs.rememberSelection, {
       label: 'Remember selection',
       caption: 'Store the selected text in the memory',
-      execute: () => rememberText(selectedText(app, tracker), selectionPlace(app, tracker))
+      execute: () =>
+        rememberText(selectedText(app, tracker), selectionPlace(app, tracker))
     });
     app.commands.addCommand(CommandIDs.rememberCell, {
       label: 'Remember cell',
@@ -272,7 +310,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
               heading: `${baseName(current.context.path)}, cell ${current.content.activeCellIndex + 1}`
             }
           : {};
-        return rememberText(tracker.activeCell?.model.sharedModel.getSource() ?? '', place);
+        return rememberText(
+          tracker.activeCell?.model.sharedModel.getSource() ?? '',
+          place
+        );
       }
     });
     app.commands.addCommand(CommandIDs.indexNotebook, {
@@ -322,7 +363,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       nbPanel.context.saveState.connect((context, state) => {
         if (state === 'completed' && autoIndexOnSave) {
           void indexPath(context.path, true).catch(error =>
-            Notification.error(`Indexing ${context.path} failed: ${error.message}`)
+            Notification.error(
+              `Indexing ${context.path} failed: ${error.message}`
+            )
           );
         }
       });
@@ -331,7 +374,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (settingRegistry) {
       const apply = (settings: ISettingRegistry.ISettings) => {
         panel.topK = settings.get('topK').composite as number;
-        panel.defaultNamespace = settings.get('defaultNamespace').composite as string;
+        panel.defaultNamespace = settings.get('defaultNamespace')
+          .composite as string;
         autoIndexOnSave = settings.get('autoIndexOnSave').composite as boolean;
       };
       settingRegistry
@@ -340,7 +384,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           apply(settings);
           settings.changed.connect(apply);
         })
-        .catch(reason => console.error('nbmemory: failed to load settings', reason));
+        .catch(reason =>
+          console.error('nbmemory: failed to load settings', reason)
+        );
     }
   }
 };

@@ -89,7 +89,11 @@ export class MemoryPanel extends Widget {
     filters.append(this._namespace, this._kind);
     // Toggles on their own row: at the default sidebar width the filters need the whole row.
     const toggles = el('div', 'jp-nbmemory-toggles');
-    const toggle = (className: string, label: string, title: string): HTMLInputElement => {
+    const toggle = (
+      className: string,
+      label: string,
+      title: string
+    ): HTMLInputElement => {
       const wrapper = el('label', className);
       wrapper.title = title;
       const box = el('input');
@@ -123,7 +127,11 @@ export class MemoryPanel extends Widget {
     this._tuneButton.title =
       'Fine-tune the embedding model on this memory in the background; adopt it only if it is better';
     this._tuneButton.addEventListener('click', () => void this.tune());
-    const optionsToggle = el('button', 'jp-nbmemory-tune-options-toggle', 'Options');
+    const optionsToggle = el(
+      'button',
+      'jp-nbmemory-tune-options-toggle',
+      'Options'
+    );
     optionsToggle.title = 'Tuning options (empty: the default)';
     optionsToggle.setAttribute('aria-expanded', 'false');
     this._tuneStatus = el('span', 'jp-nbmemory-tune-status');
@@ -134,7 +142,13 @@ export class MemoryPanel extends Widget {
       optionsToggle.setAttribute('aria-expanded', String(!form.hidden));
     });
     tune.append(this._tuneButton, optionsToggle, this._tuneStatus, form);
-    this.node.append(controls, this._status, this._results, this._explain, tune);
+    this.node.append(
+      controls,
+      this._status,
+      this._results,
+      this._explain,
+      tune
+    );
   }
 
   /** Whether a tuning run shown here is going on. */
@@ -161,7 +175,11 @@ export class MemoryPanel extends Widget {
         return await startTune(options);
       } catch (error) {
         // A run started elsewhere (another tab, before a reload): follow it.
-        if (error instanceof APIError && error.status === 409 && error.data?.job) {
+        if (
+          error instanceof APIError &&
+          error.status === 409 &&
+          error.data?.job
+        ) {
           return tuneJob(error.data.job);
         }
         throw error;
@@ -204,13 +222,18 @@ export class MemoryPanel extends Widget {
         return null;
       }
       this._setTuneStatus(tuneLine(job), false, job.status);
-      job = await waitForTune(job, running => this._setTuneStatus(tuneLine(running), false, running.status));
+      job = await waitForTune(job, running =>
+        this._setTuneStatus(tuneLine(running), false, running.status)
+      );
       this._setTuneStatus(tuneLine(job), job.state === 'failed', job.status);
       return job;
     } catch (error) {
       // A 400 is a refused request (a bad option, a memory owned elsewhere): nothing ran.
       const refused = error instanceof APIError && error.status === 400;
-      this._setTuneStatus(`Tuning ${refused ? 'not started' : 'failed'}: ${(error as Error).message}`, true);
+      this._setTuneStatus(
+        `Tuning ${refused ? 'not started' : 'failed'}: ${(error as Error).message}`,
+        true
+      );
       return null;
     } finally {
       this._tuneButton.disabled = false;
@@ -221,7 +244,12 @@ export class MemoryPanel extends Widget {
   private _tuneOptionsForm(): HTMLDivElement {
     const form = el('div', 'jp-nbmemory-tune-options');
     form.hidden = true;
-    const field = <T extends HTMLElement>(name: string, label: string, title: string, input: T): T => {
+    const field = <T extends HTMLElement>(
+      name: string,
+      label: string,
+      title: string,
+      input: T
+    ): T => {
       const wrapper = el('label');
       wrapper.title = title;
       input.className = `jp-nbmemory-tune-${name}`;
@@ -237,7 +265,12 @@ export class MemoryPanel extends Widget {
       input.placeholder = 'default';
       return input;
     };
-    this._tuneEpochs = field('epochs', 'epochs', 'Training epochs (default 1)', number(1));
+    this._tuneEpochs = field(
+      'epochs',
+      'epochs',
+      'Training epochs (default 1)',
+      number(1)
+    );
     this._tuneMaxSteps = field(
       'max-steps',
       'max steps',
@@ -368,14 +401,24 @@ export class MemoryPanel extends Widget {
     const rows: HTMLLIElement[] = [];
     if (result.rejected && result.hits.length) {
       // A flagged search keeps its hits: say plainly that none of them is a confident answer.
-      const notice = el('li', 'jp-nbmemory-notice', 'No confident match. The closest items:');
+      const notice = el(
+        'li',
+        'jp-nbmemory-notice',
+        'No confident match. The closest items:'
+      );
       notice.title = result.reason ?? '';
       rows.push(notice);
     }
     let weakShown = false;
     for (const hit of result.hits) {
       if (hit.weak && !weakShown && !result.rejected) {
-        rows.push(el('li', 'jp-nbmemory-separator', 'weaker matches (no retriever supports them)'));
+        rows.push(
+          el(
+            'li',
+            'jp-nbmemory-separator',
+            'weaker matches (no retriever supports them)'
+          )
+        );
         weakShown = true;
       }
       rows.push(this._renderHit(hit));
@@ -405,7 +448,8 @@ export class MemoryPanel extends Widget {
       location.classList.add('jp-mod-link');
       location.setAttribute('role', 'link');
       location.tabIndex = 0;
-      const open = () => void this._openHit(hit).catch(e => this._setStatus(String(e), true));
+      const open = () =>
+        void this._openHit(hit).catch(e => this._setStatus(String(e), true));
       location.addEventListener('click', open);
       location.addEventListener('keydown', event => {
         if (event.key === 'Enter') {
@@ -419,7 +463,9 @@ export class MemoryPanel extends Widget {
     const meta = el('div', 'jp-nbmemory-ranks');
     meta.append(
       el('span', 'jp-nbmemory-score', hit.score.toFixed(3)),
-      document.createTextNode(` · ${formatRanks(hit.ranks)} · ${hit.kind} · ${hit.namespace}`)
+      document.createTextNode(
+        ` · ${formatRanks(hit.ranks)} · ${hit.kind} · ${hit.namespace}`
+      )
     );
     li.appendChild(meta);
     if (hit.heading) {
@@ -427,8 +473,17 @@ export class MemoryPanel extends Widget {
     }
     li.appendChild(el('div', 'jp-nbmemory-snippet', hit.snippet || hit.text));
     if (hit.more?.length) {
-      const unit = hit.cell_index !== null ? (hit.more.length > 1 ? 'cells ' : 'cell ') : '';
-      const more = el('div', 'jp-nbmemory-more', `+${hit.more.length} more ${unit}in this file`);
+      const unit =
+        hit.cell_index !== null
+          ? hit.more.length > 1
+            ? 'cells '
+            : 'cell '
+          : '';
+      const more = el(
+        'div',
+        'jp-nbmemory-more',
+        `+${hit.more.length} more ${unit}in this file`
+      );
       more.title = 'Tick "every chunk" to list them';
       li.appendChild(more);
     }
@@ -459,7 +514,10 @@ export class MemoryPanel extends Widget {
     const raise = el('button', 'jp-nbmemory-raise', 'Importance +');
     raise.title = `Raise importance (now ${hit.importance.toFixed(1)})`;
     raise.addEventListener('click', async () => {
-      const importance = Math.min(1, Math.round((hit.importance + 0.1) * 10) / 10);
+      const importance = Math.min(
+        1,
+        Math.round((hit.importance + 0.1) * 10) / 10
+      );
       try {
         const item = await updateItem(hit.id, { importance });
         hit.importance = item.importance;

@@ -538,5 +538,5 @@ def test_extension_points() -> None:
     assert pkg._jupyter_server_extension_points() == [{"module": "nbmemory.server"}]
     assert pkg._jupyter_labextension_paths() == [{"src": "labextension", "dest": "nbmemory"}]
     built = Path(pkg.__file__).parent / "labextension" / "package.json"
-    assert built.exists(), "the prebuilt labextension is missing: run `npm run build` in labextension/"
+    assert built.exists(), "the prebuilt labextension is missing: run `npm run build:prod` in labextension/"
     assert json.loads(built.read_text())["name"] == "nbmemory"
