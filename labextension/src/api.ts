@@ -80,7 +80,7 @@ export interface ITuneJob {
 /** Where tuning may take its queries from: `QUERY_SOURCES` of `nbmemory/tune/mine.py`. */
 export const QUERY_SOURCES = ['title', 'first_sentence', 'log'];
 
-/** Tuning options by the names of `nbmemory.frontend.TUNE_OPTIONS`; the server fills in the rest. */
+/** Tuning options by the names of `nbmemory.options.TUNE_OPTIONS`; the server fills in the rest. */
 export interface ITuneOptions {
   query_source?: string | string[];
   epochs?: number;
