@@ -84,9 +84,11 @@ class ActiveModel:
         stored = self.db.get_meta("model_fingerprint")
         if stored is None:
             vectors.start(self.db, embedder)
+            self._passages_made_as(embedder)
         elif stored == embedder.fingerprint:
             # A load killed while the index was dropped (vectors.bulk_load) left none: rebuild.
             vectors.ensure_index(self.db)
+            self._passages_made_as(embedder)
         else:
             message = (
                 f"memory file {self.settings.db_path} holds vectors from model "
@@ -103,6 +105,11 @@ class ActiveModel:
             self.log(message + ": re-embedding every item")
             self.reembed(embedder)
         self.set_state(True)
+
+    def _passages_made_as(self, embedder: Embedder) -> None:
+        # Passages made another way than this embedder makes them are made again, once.
+        if self.settings.passages and not self.db.read_only:
+            passages.upgrade(self.db, embedder, self.log)
 
     def fill_passages(self, embedder: Embedder, contents: list[passages.Content] | None = None) -> None:
         """Embed the passages of ``contents`` (None: of every chunk lacking them) for ``embedder``,
@@ -129,6 +136,7 @@ class ActiveModel:
             self.fill_passages(embedder)
             count = reembed.swap(self.db, embedder, self._switch, progress)
             passages.keep_only(self.db, [embedder.fingerprint])
+            self._passages_made_as(embedder)
             return count
 
     def _switch(self, embedder: Embedder) -> None:

@@ -215,6 +215,104 @@ class SentenceTransformerEmbedder:
                 progress(len(batch))
         return normalise(np.concatenate(out))
 
+    def embed_with_spans(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        keep: Sequence[int] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
+        """Each text's vector and, from the same forward pass, one vector per character span.
+
+        A text's vector is what :meth:`embed_documents` gives. A span's vector is the mean of the
+        token embeddings of the tokens inside it, unit length: the span read in the context of
+        the whole text ("late chunking", Günther et al. 2024), at no extra model cost.
+
+        The model reads ``max_seq_length`` tokens; a span past them is read by one more pass
+        over the text from the first such span on, after the text's first ``keep[i]``
+        characters (its heading: context for every span). Only those tails are read again, once
+        per text, not once per span. A span no pass read whole (longer than the model's window)
+        gets None: embed it on its own.
+        """
+        if len(spans) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(spans)} lists of spans")
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32), []
+        keep = list(keep) if keep is not None else [0] * len(texts)
+        docs, pooled = self._encode_pooled(list(texts), [list(s) for s in spans], progress)
+        for _ in range(3):
+            tails: list[tuple[int, int, list[int]]] = []  # (text, shift, span numbers)
+            for i, vecs in enumerate(pooled):
+                missing = [n for n, v in enumerate(vecs) if v is None]
+                if missing:
+                    first = min(spans[i][n][0] for n in missing)
+                    if first > keep[i]:
+                        tails.append((i, first - keep[i], missing))
+            if not tails:
+                break
+            tail_texts = [texts[i][: keep[i]] + texts[i][keep[i] + shift :] for i, shift, _ in tails]
+            tail_spans = [[(spans[i][n][0] - shift, spans[i][n][1] - shift) for n in ns] for i, shift, ns in tails]
+            _, found = self._encode_pooled(tail_texts, tail_spans, None)
+            progressed = False
+            for (i, _, ns), vecs in zip(tails, found, strict=True):
+                for n, v in zip(ns, vecs, strict=True):
+                    if v is not None:
+                        pooled[i][n] = v
+                        progressed = True
+            if not progressed:
+                break
+        return docs, pooled
+
+    def _encode_pooled(
+        self, texts: list[str], spans: list[list[tuple[int, int]]], progress: ProgressFn | None
+    ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
+        prefix = len(self.document_prefix)
+        docs: list[np.ndarray] = []
+        pooled: list[list[np.ndarray | None]] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = [self.document_prefix + t for t in texts[start : start + self._batch_size]]
+            outputs = self._model.encode(
+                batch,
+                batch_size=self._batch_size,
+                output_value=None,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+            for offset, (text, out) in enumerate(zip(batch, outputs, strict=True)):
+                docs.append(np.asarray(out["sentence_embedding"].float().cpu().numpy(), dtype=np.float32))
+                wanted = [(a + prefix, b + prefix) for a, b in spans[start + offset]]
+                pooled.append(self._pool_spans(text, out, wanted))
+            if progress is not None:
+                progress(len(batch))
+        return normalise(np.stack(docs)), pooled
+
+    def _pool_spans(self, text: str, out: dict[str, Any], spans: list[tuple[int, int]]) -> list[np.ndarray | None]:
+        if not spans:
+            return []
+        # The model reads the text stripped (sentence-transformers' Transformer module does).
+        lead = len(text) - len(text.lstrip())
+        enc = self._model.tokenizer(
+            text.strip(), truncation=True, max_length=self._model.max_seq_length, return_offsets_mapping=True
+        )
+        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64) + lead
+        tokens = out["token_embeddings"].float().cpu().numpy()
+        used = int(np.asarray(out["attention_mask"].cpu()).sum())
+        if used != len(offsets):
+            return [None] * len(spans)  # tokenised otherwise than the model read it: no pooling
+        tokens = tokens[:used]
+        real = offsets[:, 1] > offsets[:, 0]  # [CLS], [SEP] and the like cover no characters
+        read_to = int(offsets[real, 1].max()) if real.any() else 0
+        cut = used >= self._model.max_seq_length
+        vecs: list[np.ndarray | None] = []
+        for a, b in spans:
+            inside = real & (offsets[:, 0] >= a) & (offsets[:, 1] <= b)
+            if not inside.any() or (cut and b > read_to):
+                vecs.append(None)
+                continue
+            vecs.append(normalise(tokens[inside].mean(axis=0)[None, :])[0])
+        return vecs
+
     def embed_query(self, text: str) -> np.ndarray:
         cached = self._query_cache.get(text)
         if cached is not None:

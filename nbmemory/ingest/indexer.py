@@ -393,6 +393,7 @@ class Indexer:
                 reusable[digest] = np.asarray(vec, dtype=np.float32)
         to_embed = [row for _, row in new_rows if row.hash not in reusable]
         unique: dict[str, chunk_rows.NewChunk] = {}
+        late: dict[str, list[np.ndarray | None]] = {}
         for row in to_embed:
             unique.setdefault(row.hash, row)
         if unique:
@@ -407,7 +408,13 @@ class Indexer:
                     share = len(plans) * embedded // len(texts)
                     self.progress(finished + share, total, plans[max(share - 1, 0)].path)
 
-            vecs = self.embedder.embed_documents(texts, progress=step)
+            if self.passages and passages.method(self.embedder) == passages.LATE:
+                # One pass per chunk gives its vector and its passages' (late pooling).
+                spans = [passages.plan(r.heading, r.text, r.kind) for r in unique.values()]
+                vecs, pooled = passages.embed_with_late(self.embedder, texts, spans, progress=step)
+                late.update({digest: p for digest, p in zip(unique, pooled, strict=True) if p})
+            else:
+                vecs = self.embedder.embed_documents(texts, progress=step)
             for digest, vec in zip(unique, vecs, strict=True):
                 reusable[digest] = vec
         report.chunks_embedded += len(unique)
@@ -450,7 +457,7 @@ class Indexer:
             chunk_rows.insert(self.db, rows, vecs, now)
         if self.passages:
             report.passages_embedded += passages.fill(
-                self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
+                self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows], late=late
             )
         report.files_changed += len(plans)
         report.chunks_added += len(new_rows)

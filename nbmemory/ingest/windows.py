@@ -35,6 +35,39 @@ def pieces(text: str) -> list[str]:
     return out
 
 
+def piece_spans(text: str) -> list[tuple[int, int]]:
+    """Where each of :func:`pieces` lies in ``text``: (start, end) character offsets."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for piece in pieces(text):
+        start = text.find(piece, at)
+        if start < 0:  # cannot happen (pieces are stripped slices of the text); keep going
+            start = at
+        spans.append((start, start + len(piece)))
+        at = start + len(piece)
+    return spans
+
+
+def window_spans(text: str, size: int = WINDOW_CHARS) -> list[tuple[int, int]]:
+    """Where each of :func:`windows` lies in ``text``: the first piece's start to the last piece's
+    end (a window cut at ``2 * size`` ends there)."""
+    parts = pieces(text)
+    spans = piece_spans(text)
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(parts):
+        length, j = len(parts[i]), i + 1
+        while j < len(parts) and length + len(parts[j]) < size:
+            length += 1 + len(parts[j])
+            j += 1
+        start = spans[i][0]
+        out.append((start, min(spans[j - 1][1], start + 2 * size)))
+        if j >= len(parts):
+            break
+        i += 1
+    return out
+
+
 def windows(text: str, size: int = WINDOW_CHARS, disjoint: bool = False) -> list[str]:
     """One window per starting piece, each taking the next pieces while under ``size`` characters
     (cut at ``2 * size``); the last window reaches the end of the text. ``disjoint``: the next

@@ -1,5 +1,13 @@
 """Passage vectors: one per window of a prose chunk (:mod:`nbmemory.ingest.windows`), per model.
 
+An embedder that can pool spans of one forward pass (``embed_with_spans``, the bundled
+sentence-transformers backend) gives each window the mean of its tokens' embeddings from the
+pass over the whole chunk ("late chunking"): no model pass per window. The indexer takes those
+vectors from the very pass that embeds the chunk (:func:`plan`, then :func:`fill` with
+``late``); other embedders embed each window on its own. Which way a memory's passages were
+made is in its meta (``passage_method``): a memory whose passages were made the other way has
+them made again on first use (:func:`upgrade`).
+
 Rows are ``(content_hash, fingerprint, n, vec)``: derived from a chunk's heading and text (the
 content hash covers both) and the model, so chunks of the same content share them, a write never
 changes them, and vectors of two models never mix (a lookup names the model). A chunk with fewer
@@ -22,7 +30,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from nbmemory.embed.base import Embedder
-from nbmemory.ingest.windows import KINDS, windows
+from nbmemory.ingest.windows import KINDS, window_spans, windows
 from nbmemory.store import hot
 from nbmemory.store.chunks import embedding_text
 from nbmemory.store.db import Database
@@ -37,12 +45,47 @@ SYNC_LOAD_ROWS = 100_000
 BATCH = 512
 
 
+#: How passages are made by an embedder that pools spans: the mean of each window's token
+#: embeddings in the chunk's own forward pass, read again from the window on when the chunk
+#: runs past the model's window (``SentenceTransformerEmbedder.embed_with_spans``).
+LATE = "late-1"
+#: ... and by any other embedder: one forward pass per window.
+SEPARATE = "separate"
+
+
+def method(embedder: Embedder) -> str:
+    """How ``embedder`` makes passage vectors: :data:`LATE` or :data:`SEPARATE`."""
+    return LATE if callable(getattr(embedder, "embed_with_spans", None)) else SEPARATE
+
+
 def texts_of(heading: str, text: str, kind: str) -> list[str]:
     """What the embedder sees for each passage of a chunk; empty when it has fewer than two."""
     if kind not in KINDS:
         return []
     found = windows(text)
     return [embedding_text(heading, w) for w in found] if len(found) > 1 else []
+
+
+def plan(heading: str, text: str, kind: str) -> tuple[list[tuple[int, int]], int]:
+    """Where each passage of a chunk lies in its embedding text (:func:`embedding_text`), and how
+    many leading characters (the heading) are context for every passage; no spans when the
+    chunk has fewer than two windows."""
+    if kind not in KINDS:
+        return [], 0
+    spans = window_spans(text)
+    if len(spans) < 2:
+        return [], 0
+    shift = len(heading) + 1 if heading else 0
+    return [(a + shift, b + shift) for a, b in spans], shift
+
+
+def embed_with_late(
+    embedder: Embedder, texts: Sequence[str], plans: Sequence[tuple[list[tuple[int, int]], int]], progress: Any = None
+) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
+    """The chunks' vectors and their passages' late vectors, from one pass over each chunk."""
+    pool = embedder.embed_with_spans  # type: ignore[attr-defined]
+    vecs, late = pool(list(texts), [p[0] for p in plans], [p[1] for p in plans], progress=progress)
+    return np.asarray(vecs, dtype=np.float32), late
 
 
 def _stored(db: Database, fingerprint: str, hashes: Sequence[str]) -> set[str]:
@@ -59,34 +102,69 @@ def fill(
     embedder: Embedder,
     contents: Iterable[Content],
     progress: Callable[[int], None] | None = None,
+    late: dict[str, list[np.ndarray | None]] | None = None,
 ) -> int:
-    """Embed and store the passages of ``contents`` that ``embedder`` has none for; returns how many."""
-    todo: dict[str, list[str]] = {}
-    for digest, heading, text, kind in contents:
-        if digest not in todo:
-            texts = texts_of(heading, text, kind)
-            if texts:
-                todo[digest] = texts
+    """Make and store the passages of ``contents`` that ``embedder`` has none for; returns how many.
+
+    ``late``: passage vectors already pooled from the chunks' own pass (by content hash), as the
+    indexer has them; the others are pooled here (one pass per chunk) or, for an embedder that
+    cannot pool, embedded window by window.
+    """
+    todo: dict[str, Content] = {}
+    for content in contents:
+        if content[0] not in todo and texts_of(content[1], content[2], content[3]):
+            todo[content[0]] = content
     if todo:
         for digest in _stored(db, embedder.fingerprint, list(todo)):
             del todo[digest]
-    items = list(todo.items())
+    items = list(todo.values())
     done = 0
     for first in range(0, len(items), BATCH):
-        done += _store(db, embedder, dict(items[first : first + BATCH]), progress)
+        done += _store(db, embedder, items[first : first + BATCH], progress, late or {})
     return done
 
 
+def _vectors(
+    embedder: Embedder,
+    batch: list[Content],
+    progress: Callable[[int], None] | None,
+    late: dict[str, list[np.ndarray | None]],
+) -> dict[str, np.ndarray]:
+    """Each content's passage vectors: pooled when the embedder can, else one pass per window."""
+    windows_of = {digest: texts_of(heading, text, kind) for digest, heading, text, kind in batch}
+    found: dict[str, list[np.ndarray | None]] = {d: [None] * len(w) for d, w in windows_of.items()}
+    if method(embedder) == LATE:
+        found.update({d: list(late[d]) for d in found if d in late})
+        rest = [c for c in batch if c[0] not in late]
+        if rest:
+            plans = [plan(h, t, k) for _, h, t, k in rest]
+            _, pooled = embed_with_late(embedder, [embedding_text(h, t) for _, h, t, _ in rest], plans, progress)
+            found.update({c[0]: p for c, p in zip(rest, pooled, strict=True)})
+    # Windows no pass read whole (or an embedder that cannot pool): one pass each.
+    wanted = [(d, n) for d, vecs in found.items() for n, v in enumerate(vecs) if v is None]
+    if wanted:
+        alone = embedder.embed_documents([windows_of[d][n] for d, n in wanted], progress=progress)
+        for (d, n), vec in zip(wanted, alone, strict=True):
+            found[d][n] = vec
+    return {d: np.asarray(np.stack(v), dtype=np.float32) for d, v in found.items()}
+
+
 def _store(
-    db: Database, embedder: Embedder, todo: dict[str, list[str]], progress: Callable[[int], None] | None
+    db: Database,
+    embedder: Embedder,
+    batch: list[Content],
+    progress: Callable[[int], None] | None,
+    late: dict[str, list[np.ndarray | None]],
 ) -> int:
-    """Embed one batch of contents' passages and commit them (a killed run keeps the batches done)."""
+    """Make one batch of contents' passages and commit them (a killed run keeps the batches done)."""
     import pyarrow as pa
 
-    flat = [t for texts in todo.values() for t in texts]
-    vecs = np.asarray(embedder.embed_documents(flat, progress=progress), dtype=np.float32)
-    owners = [digest for digest, texts in todo.items() for _ in texts]
-    ns = [n for texts in todo.values() for n in range(len(texts))]
+    made = _vectors(embedder, batch, progress, late)
+    todo = {c[0]: made[c[0]] for c in batch}
+    vecs = np.concatenate(list(todo.values())) if todo else np.zeros((0, embedder.dim), np.float32)
+    flat = vecs
+    owners = [digest for digest, mat in todo.items() for _ in range(len(mat))]
+    ns = [n for mat in todo.values() for n in range(len(mat))]
     table = pa.table(
         {
             "content_hash": pa.array(owners, type=pa.string()),
@@ -108,9 +186,9 @@ def _store(
             held = held.pending
         if held is not None:
             start = 0
-            for digest, texts in todo.items():
-                held[digest] = vecs[start : start + len(texts)]
-                start += len(texts)
+            for digest, mat in todo.items():
+                held[digest] = vecs[start : start + len(mat)]
+                start += len(mat)
     return len(flat)
 
 
@@ -129,6 +207,27 @@ def missing(db: Database, fingerprint: str) -> list[Content]:
 def fill_missing(db: Database, embedder: Embedder, progress: Callable[[int], None] | None = None) -> int:
     """Fill the passages every live chunk of prose lacks for ``embedder``; returns how many."""
     return fill(db, embedder, missing(db, embedder.fingerprint), progress)
+
+
+def upgrade(db: Database, embedder: Embedder, log: Callable[[str], None] | None = None) -> int:
+    """Make this model's passages again when they were made another way than ``embedder`` makes
+    them (a memory from before late pooling); returns how many were made. Until the meta says
+    they are done, a killed run starts over at the next open."""
+    want = method(embedder)
+    have = db.get_meta("passage_method") or SEPARATE  # memories from before the meta were SEPARATE
+    stored = int(db.scalar("SELECT count(*) FROM passages WHERE fingerprint = ?", [embedder.fingerprint]))
+    made = 0
+    if have != want and stored:
+        if log is not None:
+            log(f"making the passage vectors of {stored} windows again ({have} -> {want}): once")
+        with db.transaction():
+            db.execute("DELETE FROM passages WHERE fingerprint = ?", [embedder.fingerprint])
+        with db.lock:
+            db.passage_cache.pop(embedder.fingerprint, None)
+        made = fill_missing(db, embedder)
+    if db.get_meta("passage_method") != want:
+        db.set_meta("passage_method", want)
+    return made
 
 
 def prune(db: Database) -> None:
