@@ -44,6 +44,27 @@ def test_every_command_has_help_and_is_in_the_readme() -> None:
         assert f"nbmemory {name}" in readme, f"README does not document `nbmemory {name}`"
 
 
+def test_every_help_page_renders(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse %-formats help strings: a stray "%" breaks `--help` of the whole command.
+    def pages(parser: object, path: list[str]) -> list[list[str]]:
+        found = [path]
+        for action in parser._actions:  # type: ignore[attr-defined]
+            if action.__class__.__name__ == "_SubParsersAction":
+                for name, sub in action.choices.items():
+                    found += pages(sub, [*path, name])
+        return found
+
+    from nbmemory.cli import main
+
+    every = pages(build_parser(), [])
+    assert ["eval", "scenario"] in every
+    for path in every:
+        with pytest.raises(SystemExit) as done:
+            main([*path, "--help"])
+        assert done.value.code == 0, path
+        assert "usage:" in capsys.readouterr().out
+
+
 @pytest.mark.model
 def test_cli_round_trip(tmp_path: Path) -> None:
     home = tmp_path / "home"

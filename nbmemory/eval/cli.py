@@ -338,7 +338,8 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_eval_notes)
 
     text = "the memory scenario benchmark: Hit@1/3/5, MRR, topic coverage, Miss-Empty, with 95% intervals"
-    p = inner.add_parser("scenario", help=text, description=text)
+    # A help string is %-formatted by argparse: "95%" must be written "95%%" there.
+    p = inner.add_parser("scenario", help=text.replace("%", "%%"), description=text)
     common(p, "bm25,vector,rrf,default")
     p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
     p.set_defaults(fn=cmd_eval_scenario)
