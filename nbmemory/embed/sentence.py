@@ -18,6 +18,8 @@ from nbmemory.embed.base import ProgressFn, normalise
 from nbmemory.embed.onnx_query import OnnxQueryEncoder
 from nbmemory.errors import ConfigError, ModelNotFoundError
 
+#: Tokens a further pass over a long text reads again before the first it had not read: context.
+LATE_OVERLAP = 32
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
 # Query/document prefixes that models were trained with; a wrong prefix costs several NDCG points.
@@ -225,53 +227,73 @@ class SentenceTransformerEmbedder:
         """Each text's vector and, from the same forward pass, one vector per character span.
 
         A text's vector is what :meth:`embed_documents` gives. A span's vector is the mean of the
-        token embeddings of the tokens inside it, unit length: the span read in the context of
-        the whole text ("late chunking", Günther et al. 2024), at no extra model cost.
+        embeddings of the tokens inside it, unit length: the span read in the context of the
+        whole text ("late chunking", Günther et al. 2024), with no pass of its own.
 
-        The model reads ``max_seq_length`` tokens; a span past them is read by one more pass
-        over the text from the first such span on, after the text's first ``keep[i]``
-        characters (its heading: context for every span). Only those tails are read again, once
-        per text, not once per span. A span no pass read whole (longer than the model's window)
-        gets None: embed it on its own.
+        The model reads ``max_seq_length`` tokens. A text with spans past them is read on, in
+        one more pass over the rest of it (after its first ``keep[i]`` characters, its heading,
+        and the last :data:`LATE_OVERLAP` tokens read, as context), and a span's tokens are taken
+        from whichever pass read them ("long late chunking"). A span with no token read gets None.
         """
         if len(spans) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(spans)} lists of spans")
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32), []
         keep = list(keep) if keep is not None else [0] * len(texts)
-        docs, pooled = self._encode_pooled(list(texts), [list(s) for s in spans], progress)
-        for _ in range(3):
-            tails: list[tuple[int, int, list[int]]] = []  # (text, shift, span numbers)
-            for i, vecs in enumerate(pooled):
-                missing = [n for n, v in enumerate(vecs) if v is None]
-                if missing:
-                    first = min(spans[i][n][0] for n in missing)
-                    if first > keep[i]:
-                        tails.append((i, first - keep[i], missing))
-            if not tails:
+        docs, read = self._encode_tokens(list(texts), progress)
+        # Per text: token embeddings and their (start, end) in the text, from every pass so far.
+        tokens = [[emb] for emb, _, _ in read]
+        offsets = [[off] for _, off, _ in read]
+        ends = [end for _, _, end in read]
+        for _ in range(8):
+            rest = [
+                i
+                for i, (emb, off, end) in enumerate(zip(tokens, offsets, ends, strict=True))
+                if end is not None and any(b > end for _, b in spans[i])
+            ]
+            if not rest:
                 break
-            tail_texts = [texts[i][: keep[i]] + texts[i][keep[i] + shift :] for i, shift, _ in tails]
-            tail_spans = [[(spans[i][n][0] - shift, spans[i][n][1] - shift) for n in ns] for i, shift, ns in tails]
-            _, found = self._encode_pooled(tail_texts, tail_spans, None)
-            progressed = False
-            for (i, _, ns), vecs in zip(tails, found, strict=True):
-                for n, v in zip(ns, vecs, strict=True):
-                    if v is not None:
-                        pooled[i][n] = v
-                        progressed = True
-            if not progressed:
-                break
+            starts = []
+            for i in rest:
+                last = offsets[i][-1]
+                starts.append(max(keep[i], int(last[max(len(last) - LATE_OVERLAP, 0), 0])) if len(last) else None)
+            rest = [i for i, s in zip(rest, starts, strict=True) if s is not None]
+            starts = [s for s in starts if s is not None]
+            tails = [texts[i][: keep[i]] + texts[i][s:] for i, s in zip(rest, starts, strict=True)]
+            _, more = self._encode_tokens(tails, None)
+            for i, s, (emb, off, end) in zip(rest, starts, more, strict=True):
+                shift = s - keep[i]
+                # The heading and the overlap were context: only what this pass read past the
+                # last one joins the text's tokens.
+                new = (off[:, 0] >= keep[i]) & (off[:, 0] + shift >= ends[i])
+                tokens[i].append(emb[new])
+                offsets[i].append(off[new] + shift)
+                progressed = end is None or end + shift > ends[i]
+                ends[i] = end + shift if end is not None and progressed else None
+        pooled: list[list[np.ndarray | None]] = []
+        for i, wanted in enumerate(spans):
+            emb = np.concatenate(tokens[i])
+            off = np.concatenate(offsets[i])
+            vecs: list[np.ndarray | None] = []
+            for a, b in wanted:
+                inside = (off[:, 0] >= a) & (off[:, 1] <= b)
+                vecs.append(normalise(emb[inside].mean(axis=0)[None, :])[0] if inside.any() else None)
+            pooled.append(vecs)
         return docs, pooled
 
-    def _encode_pooled(
-        self, texts: list[str], spans: list[list[tuple[int, int]]], progress: ProgressFn | None
-    ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
+    def _encode_tokens(
+        self, texts: list[str], progress: ProgressFn | None
+    ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, int | None]]]:
+        """One pass: the texts' vectors, and per text its tokens' embeddings, their character
+        spans in the text (only tokens that cover characters), and where the model stopped
+        reading (None when it read the whole text)."""
+        model = self._model
         prefix = len(self.document_prefix)
         docs: list[np.ndarray] = []
-        pooled: list[list[np.ndarray | None]] = []
+        read: list[tuple[np.ndarray, np.ndarray, int | None]] = []
         for start in range(0, len(texts), self._batch_size):
             batch = [self.document_prefix + t for t in texts[start : start + self._batch_size]]
-            outputs = self._model.encode(
+            outputs = model.encode(
                 batch,
                 batch_size=self._batch_size,
                 output_value=None,
@@ -279,39 +301,26 @@ class SentenceTransformerEmbedder:
                 normalize_embeddings=True,
                 show_progress_bar=False,
             )
-            for offset, (text, out) in enumerate(zip(batch, outputs, strict=True)):
+            for text, out in zip(batch, outputs, strict=True):
                 docs.append(np.asarray(out["sentence_embedding"].float().cpu().numpy(), dtype=np.float32))
-                wanted = [(a + prefix, b + prefix) for a, b in spans[start + offset]]
-                pooled.append(self._pool_spans(text, out, wanted))
+                # The model reads the text stripped (sentence-transformers' Transformer module does).
+                lead = len(text) - len(text.lstrip())
+                enc = model.tokenizer(
+                    text.strip(), truncation=True, max_length=model.max_seq_length, return_offsets_mapping=True
+                )
+                off = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2) + lead - prefix
+                used = int(np.asarray(out["attention_mask"].cpu()).sum())
+                emb = out["token_embeddings"].float().cpu().numpy()[:used]
+                if used != len(off):  # tokenised otherwise than the model read it: nothing to pool
+                    read.append((emb[:0], off[:0], None))
+                    continue
+                real = off[:, 1] > off[:, 0]  # [CLS], [SEP] and the like cover no characters
+                emb, off = emb[real], off[real]
+                cut = used >= model.max_seq_length and len(off) > 0
+                read.append((emb, off, int(off[-1, 1]) if cut else None))
             if progress is not None:
                 progress(len(batch))
-        return normalise(np.stack(docs)), pooled
-
-    def _pool_spans(self, text: str, out: dict[str, Any], spans: list[tuple[int, int]]) -> list[np.ndarray | None]:
-        if not spans:
-            return []
-        # The model reads the text stripped (sentence-transformers' Transformer module does).
-        lead = len(text) - len(text.lstrip())
-        enc = self._model.tokenizer(
-            text.strip(), truncation=True, max_length=self._model.max_seq_length, return_offsets_mapping=True
-        )
-        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64) + lead
-        tokens = out["token_embeddings"].float().cpu().numpy()
-        used = int(np.asarray(out["attention_mask"].cpu()).sum())
-        if used != len(offsets):
-            return [None] * len(spans)  # tokenised otherwise than the model read it: no pooling
-        tokens = tokens[:used]
-        real = offsets[:, 1] > offsets[:, 0]  # [CLS], [SEP] and the like cover no characters
-        read_to = int(offsets[real, 1].max()) if real.any() else 0
-        cut = used >= self._model.max_seq_length
-        vecs: list[np.ndarray | None] = []
-        for a, b in spans:
-            inside = real & (offsets[:, 0] >= a) & (offsets[:, 1] <= b)
-            if not inside.any() or (cut and b > read_to):
-                vecs.append(None)
-                continue
-            vecs.append(normalise(tokens[inside].mean(axis=0)[None, :])[0])
-        return vecs
+        return normalise(np.stack(docs)), read
 
     def embed_query(self, text: str) -> np.ndarray:
         cached = self._query_cache.get(text)

@@ -136,6 +136,11 @@ class CachedEmbedder:
         self.log = log
         self.embedded = 0
         self.served = 0
+        # Late pooling (passages from the chunk's own pass) is not cached: it goes to the model,
+        # so an evaluation store's passages are made as the product makes them.
+        pool = getattr(inner, "embed_with_spans", None)
+        if callable(pool):
+            self.embed_with_spans = pool
 
     @property
     def name(self) -> str:

@@ -1,0 +1,3 @@
+from nbmemory.cli.main import main
+
+raise SystemExit(main())
