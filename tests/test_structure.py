@@ -95,7 +95,7 @@ def test_nothing_below_the_front_ends_imports_one() -> None:
         m: sorted(t for t in targets if _under(t, FRONT_ENDS))
         for m, targets in edges.items()
         # The evaluation notebooks' helpers draw with the notebook's charts.
-        if not _under(m, FRONT_ENDS + ("nbmemory.eval",)) and m != "nbmemory"
+        if not _under(m, (*FRONT_ENDS, "nbmemory.eval")) and m != "nbmemory"
     }
     assert {m: t for m, t in offenders.items() if t} == {}
 

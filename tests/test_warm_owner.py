@@ -49,8 +49,8 @@ CLI = textwrap.dedent(
     daemon.serve = fake_serve
     heavy = ("duckdb", "numpy", "torch", "sentence_transformers")
     atexit.register(lambda: print("HEAVY", json.dumps([m for m in heavy if m in sys.modules]), file=sys.stderr))
-    from nbmemory.cli import main as cli
-    raise SystemExit(cli.main())
+    from nbmemory.cli import main
+    raise SystemExit(main())
     """
 )
 
