@@ -60,6 +60,23 @@ def real_embedder() -> SentenceTransformerEmbedder:
 
 
 @pytest.fixture
+def shared_default_model(monkeypatch: pytest.MonkeyPatch, real_embedder: SentenceTransformerEmbedder) -> None:
+    """A memory opened by name with the bundled model gets :func:`real_embedder` instead of a
+    fresh load: in-process front ends (the CLI's ``main``) open one per command, and each fresh
+    load pays seconds for its first query (the ONNX session). The same weights, the same vectors."""
+    from nbmemory.embed import loader
+
+    load = loader.load_model
+
+    def shared(model: str, device: str | None = None) -> SentenceTransformerEmbedder:
+        if model == real_embedder.name and device in (None, "cpu"):
+            return real_embedder
+        return load(model, device)
+
+    monkeypatch.setattr(loader, "load_model", shared)
+
+
+@pytest.fixture
 def fake_embedder() -> FakeEmbedder:
     return FakeEmbedder(dim=32)
 

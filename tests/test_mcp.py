@@ -38,7 +38,7 @@ from nbmemory.search.trace import Trace
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = (
-    "import sys; from nbmemory.cli import main as cli; from nbmemory.embed import FakeEmbedder; real = cli._memory; "
+    "import importlib; cli = importlib.import_module('nbmemory.cli.main'); from nbmemory.embed import FakeEmbedder; real = cli._memory; "
     "cli._memory = lambda a, **k: real(a, embedder=FakeEmbedder(dim=32), **k); raise SystemExit(cli.main())"
 )
 TOOLS = {"search", "remember", "forget", "get", "related", "context", "stats", "index"}
