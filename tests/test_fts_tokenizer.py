@@ -192,6 +192,7 @@ def legacy_scores(mem: Memory, query: str) -> dict[int, float]:
     return scores
 
 
+@pytest.mark.integration
 def test_english_scores_and_rankings_are_identical_to_the_first_tokenizer(fake_mem: Memory) -> None:
     texts, headings = ascii_chunks()
     assert len(texts) >= 300

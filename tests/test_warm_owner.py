@@ -27,6 +27,9 @@ from nbmemory.remote import connect, launch
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Every test runs real `nbmemory` processes.
+pytestmark = pytest.mark.integration
+
 # The background owner, with the fake embedder.
 OWNER = textwrap.dedent(
     """

@@ -658,6 +658,7 @@ CLI_LAUNCHER = (
 )
 
 
+@pytest.mark.integration
 def test_cli_process_with_undecodable_and_odd_argv(cli_db: Path, tmp_path: Path) -> None:
     import subprocess
 
