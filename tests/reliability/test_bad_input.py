@@ -630,6 +630,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.integration
 def test_nasty_queries_through_the_cli(cli_db: Path) -> None:
     tried = 0
     for category, queries in QUERIES.items():
