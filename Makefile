@@ -1,12 +1,13 @@
 # Two commands for a fresh machine:
 #   make demo   create .venv, install everything, index the bundled sample corpus, run searches
 #   make test   create .venv, install everything, run the whole test suite
+# While working: make check   lint, types and the fast unit tests (about 2 minutes)
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow check lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +35,11 @@ test: $(STAMP)
 # The long runs: sustained sharing with owner kills (thousands of writes), the real-model BEIR slice.
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m slow -q -s
+
+# Lint, types, and the tests that need no real model, process, server, browser or corpus of real
+# size (markers in pyproject.toml); `make test` runs them all.
+check: lint
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui"
 
 lint: $(STAMP)
 	$(BIN)/ruff check nbmemory tests bench

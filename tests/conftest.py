@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -48,6 +49,18 @@ class CountingEmbedder:
         return self.inner.embed_query(text)  # type: ignore[attr-defined]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that reaches the session's real model (directly or through a fixture: ``mem``,
+    # ``notes_store``) is a `model` test, marked or not: `make check` leaves them out.
+    # Likewise a test on a Jupyter server (pytest-jupyter's ``jp_serverapp``) is `integration`.
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "real_embedder" in fixtures:
+            item.add_marker(pytest.mark.model)
+        if "jp_serverapp" in fixtures:
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing a test does may touch the real ~/.nbmemory.
@@ -60,19 +73,55 @@ def real_embedder() -> SentenceTransformerEmbedder:
 
 
 @pytest.fixture
+def shared_default_model(monkeypatch: pytest.MonkeyPatch, real_embedder: SentenceTransformerEmbedder) -> None:
+    """A memory opened by name with the bundled model gets :func:`real_embedder` instead of a
+    fresh load: in-process front ends (the CLI's ``main``) open one per command, and each fresh
+    load pays seconds for its first query (the ONNX session). The same weights, the same vectors."""
+    from nbmemory.embed import loader
+
+    load = loader.load_model
+
+    def shared(model: str, device: str | None = None) -> SentenceTransformerEmbedder:
+        if model == real_embedder.name and device in (None, "cpu"):
+            return real_embedder
+        return load(model, device)
+
+    monkeypatch.setattr(loader, "load_model", shared)
+
+
+@pytest.fixture
 def fake_embedder() -> FakeEmbedder:
     return FakeEmbedder(dim=32)
 
 
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed memory file with every migration applied and nothing stored: the start of
+    :func:`mem` and :func:`fake_mem`. A copy opens in half the time of a new file (no migrations,
+    no first FTS build); it holds no model yet, so any embedder may take it."""
+    folder = tmp_path_factory.mktemp("empty")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NBMEMORY_HOME", str(folder / "home"))
+        Memory(folder / "empty.duckdb", embedder=FakeEmbedder(dim=32)).close()
+    return folder / "empty.duckdb"
+
+
+def copy_store(store: Path, target: Path) -> Path:
+    """``target``: a private copy of the closed memory file ``store`` (tests may change it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(store, target)
+    return target
+
+
 @pytest.fixture
-def mem(tmp_path: Path, real_embedder: SentenceTransformerEmbedder) -> Iterator[Memory]:
-    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as memory:
+def mem(tmp_path: Path, real_embedder: SentenceTransformerEmbedder, empty_store: Path) -> Iterator[Memory]:
+    with Memory(copy_store(empty_store, tmp_path / "m.duckdb"), embedder=real_embedder) as memory:
         yield memory
 
 
 @pytest.fixture
-def fake_mem(tmp_path: Path, fake_embedder: FakeEmbedder) -> Iterator[Memory]:
-    with Memory(tmp_path / "f.duckdb", embedder=fake_embedder) as memory:
+def fake_mem(tmp_path: Path, fake_embedder: FakeEmbedder, empty_store: Path) -> Iterator[Memory]:
+    with Memory(copy_store(empty_store, tmp_path / "f.duckdb"), embedder=fake_embedder) as memory:
         yield memory
 
 

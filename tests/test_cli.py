@@ -1,31 +1,44 @@
-"""The command line, run as a user runs it (a real process, a real file)."""
+"""The command line on a real file: ``nbmemory.cli.main`` run in this process, as the console
+script runs it. Real processes (exit codes, the warm owner, kills) are tested in
+``test_warm_owner.py``."""
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nbmemory.cli import build_parser
+from nbmemory.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def run(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NBMEMORY_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "nbmemory.cli", "-q", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        input=stdin,
-        timeout=300,
-    )
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    """``nbmemory -q ARGS`` with ``home`` as ``NBMEMORY_HOME``: its exit status and output.
+
+    With no background owner (``NBMEMORY_IDLE_SECONDS=0``) each run opens the memory itself, as
+    a run does when nothing serves the file.
+    """
+    monkeypatch.setenv("NBMEMORY_IDLE_SECONDS", "0")
+
+    def nbmemory(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        argv = ["-q", *args]
+        with monkeypatch.context() as mp:
+            mp.setenv("NBMEMORY_HOME", str(home))
+            mp.setattr(sys, "stdin", io.StringIO(stdin or ""))
+            capsys.readouterr()
+            code = main(argv)
+            out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+    return nbmemory
 
 
 def subcommands() -> dict[str, object]:
@@ -66,7 +79,8 @@ def test_every_help_page_renders(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.model
-def test_cli_round_trip(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("shared_default_model")
+def test_cli_round_trip(tmp_path: Path, run: Run) -> None:
     home = tmp_path / "home"
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -103,7 +117,7 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     assert (tmp_path / "x.parquet").exists()
 
 
-def test_cli_errors_are_one_line_messages(tmp_path: Path) -> None:
+def test_cli_errors_are_one_line_messages(tmp_path: Path, run: Run) -> None:
     out = run("forget", home=tmp_path / "h")
     assert out.returncode == 1
     assert out.stderr.startswith("error: forget needs") and "Traceback" not in out.stderr

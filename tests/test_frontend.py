@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
-from nbmemory import Memory, frontend
+from nbmemory import Memory, options
 from nbmemory.errors import NbMemoryError
 from nbmemory.options import (
     TUNE_OPTIONS,
@@ -116,12 +116,12 @@ def test_one_encoder_plain_and_tagged() -> None:
 
 
 def test_owned_memory_names_the_busy_file(fake_mem: Memory) -> None:
-    assert frontend.local_memory(fake_mem) is fake_mem
-    assert frontend.owned_memory(fake_mem, "busy") is fake_mem
+    assert options.local_memory(fake_mem) is fake_mem
+    assert options.owned_memory(fake_mem, "busy") is fake_mem
 
     class Client:
         memory = None
 
-    assert frontend.local_memory(Client()) is None
+    assert options.local_memory(Client()) is None
     with pytest.raises(NbMemoryError, match="open elsewhere"):
-        frontend.owned_memory(Client(), "open elsewhere")
+        options.owned_memory(Client(), "open elsewhere")

@@ -192,6 +192,7 @@ def legacy_scores(mem: Memory, query: str) -> dict[int, float]:
     return scores
 
 
+@pytest.mark.integration
 def test_english_scores_and_rankings_are_identical_to_the_first_tokenizer(fake_mem: Memory) -> None:
     texts, headings = ascii_chunks()
     assert len(texts) >= 300
@@ -224,6 +225,7 @@ def test_english_scores_and_rankings_are_identical_to_the_first_tokenizer(fake_m
     assert compared > 300
 
 
+@pytest.mark.integration
 def test_query_terms_made_in_python_equal_the_index_macros_on_every_word_of_the_corpora(
     fake_mem: Memory,
 ) -> None:

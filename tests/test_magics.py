@@ -717,6 +717,7 @@ def test_a_memory_set_from_outside_is_not_closed(ip: InteractiveShell, fake_mem:
     other.close()
 
 
+@pytest.mark.integration
 def test_import_nbmemory_does_not_import_ipython_magics() -> None:
     import subprocess
     import sys

@@ -113,6 +113,7 @@ def test_forgotten_item_is_never_returned(mem: Memory) -> None:
     assert item.id not in [h.id for h in mem.related(mem.search("tomato", k=1).ids[0], k=50)]
 
 
+@pytest.mark.integration
 def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, monkeypatch) -> None:
     from nbmemory.store import hot, vectors
 

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -60,6 +60,7 @@ def read_all(proc: subprocess.Popen[str], timeout: float = 240) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.integration
 def test_a_client_process_uses_the_owners_memory(tmp_path: Path) -> None:
     path = tmp_path / "m.duckdb"
     with connect(path, embedder=FakeEmbedder(dim=32)) as owner:
@@ -107,6 +108,41 @@ def test_wrong_key_is_refused(tmp_path: Path) -> None:
             Client(address, family="AF_UNIX", authkey=b"not the key").send_bytes(b"{}")
 
 
+class Output:
+    """A worker's output lines, read as they come: ``wrote`` is set at its first committed write."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.wrote = threading.Event()
+        self._lines: list[dict] = []
+        self._err: list[str] = []
+        assert proc.stderr is not None
+        self._readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=lambda: self._err.extend(proc.stderr), daemon=True),  # type: ignore[arg-type]
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self._lines.append(json.loads(line))
+                if "id" in self._lines[-1]:
+                    self.wrote.set()
+        self.wrote.set()  # at the end of its output: a worker that never wrote fails on its lines
+
+    def lines(self, timeout: float = 240) -> list[dict]:
+        """Every line, once the worker has exited (as :func:`read_all`)."""
+        self.proc.wait(timeout)
+        for reader in self._readers:
+            reader.join(timeout)
+        err = "".join(self._err)
+        assert "Conflicting lock" not in err, err
+        return self._lines
+
+
 def _run_with_owner_kill(tmp_path: Path, per_worker: int, kills: int) -> dict[str, object]:
     path = tmp_path / "m.duckdb"
     # The first process becomes the owner; three more join as clients (two kernels and a CLI).
@@ -114,16 +150,19 @@ def _run_with_owner_kill(tmp_path: Path, per_worker: int, kills: int) -> dict[st
     assert first.stdout is not None
     assert json.loads(first.stdout.readline())["role"] == "owner"
     workers = {f"w{i}": start(path, f"w{i}", per_worker) for i in range(3)}
+    # Each worker's output as it comes; the owner is killed once every worker has a write done.
+    outputs = {name: Output(proc) for name, proc in workers.items()}
     killed: list[str] = []
-    time.sleep(1.5)
+    for output in outputs.values():
+        assert output.wrote.wait(120), "a worker never wrote"
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     killed.append("owner0")
     committed: dict[str, list[int]] = {}
     errors = 0
     failovers = 0
-    for name, proc in workers.items():
-        lines = read_all(proc)
+    for name, output in outputs.items():
+        lines = output.lines()
         committed[name] = [line["id"] for line in lines if "id" in line]
         done = lines[-1]
         assert "done" in done, lines[-3:]
@@ -147,6 +186,7 @@ def _run_with_owner_kill(tmp_path: Path, per_worker: int, kills: int) -> dict[st
     }
 
 
+@pytest.mark.integration
 def test_owner_killed_mid_run_loses_no_write_and_nobody_sees_a_lock_error(tmp_path: Path) -> None:
     figures = _run_with_owner_kill(tmp_path, per_worker=60, kills=1)
     assert figures["errors"] == 0
@@ -157,6 +197,7 @@ def test_owner_killed_mid_run_loses_no_write_and_nobody_sees_a_lock_error(tmp_pa
     assert figures["doctor_ok"]
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_sustained_shared_use_with_owner_kill(tmp_path: Path) -> None:
     figures = _run_with_owner_kill(tmp_path, per_worker=1000, kills=1)

@@ -61,6 +61,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_reopening_after_a_killed_process_finds_everything_committed(tmp_path: Path) -> None:
     path = tmp_path / "m.duckdb"
     for round_ in range(3):
@@ -98,6 +99,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_a_held_file_gives_a_clear_error_not_a_lock_message(tmp_path: Path) -> None:
     path = tmp_path / "m.duckdb"
     proc = subprocess.Popen(

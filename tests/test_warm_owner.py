@@ -27,6 +27,9 @@ from nbmemory.remote import connect, launch
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Every test runs real `nbmemory` processes.
+pytestmark = pytest.mark.integration
+
 # The background owner, with the fake embedder.
 OWNER = textwrap.dedent(
     """
@@ -49,8 +52,8 @@ CLI = textwrap.dedent(
     daemon.serve = fake_serve
     heavy = ("duckdb", "numpy", "torch", "sentence_transformers")
     atexit.register(lambda: print("HEAVY", json.dumps([m for m in heavy if m in sys.modules]), file=sys.stderr))
-    from nbmemory.cli import main as cli
-    raise SystemExit(cli.main())
+    from nbmemory.cli import main
+    raise SystemExit(main())
     """
 )
 

@@ -38,6 +38,7 @@ def test_a_local_copy_of_the_model_loads_by_path_with_the_same_fingerprint(
     assert np.allclose(local.embed_documents(text), real_embedder.embed_documents(text), atol=1e-5)
 
 
+@pytest.mark.model
 def test_an_unknown_model_fails_offline_with_a_message_that_says_what_to_do() -> None:
     with pytest.raises(ModelNotFoundError, match="local folder"):
         SentenceTransformerEmbedder("no-such-org/no-such-model-xyz", device="cpu")

@@ -17,6 +17,8 @@ kernelspec = pytest.importorskip("ipykernel.kernelspec")
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "nbmemory-test"
+# Each test executes a notebook in a real kernel.
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ ends with the items stored before it unchanged. Plumbing tests: the fake embedde
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -607,7 +608,7 @@ def test_other_arguments_reject_bad_text_with_clear_errors(mem: Memory) -> None:
 @pytest.fixture
 def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A memory file for in-process CLI runs, which use the fake embedder."""
-    from nbmemory.cli import main as cli
+    cli = importlib.import_module("nbmemory.cli.main")  # the module: the package exports its main()
 
     real = cli._memory
     monkeypatch.setattr(cli, "_memory", lambda args, **kw: real(args, embedder=FakeEmbedder(dim=32), **kw))
@@ -618,7 +619,7 @@ def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
-    from nbmemory.cli import main as cli
+    cli = importlib.import_module("nbmemory.cli.main")  # the module: the package exports its main()
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -629,6 +630,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.integration
 def test_nasty_queries_through_the_cli(cli_db: Path) -> None:
     tried = 0
     for category, queries in QUERIES.items():
@@ -652,11 +654,12 @@ def test_nasty_queries_through_the_cli(cli_db: Path) -> None:
 
 
 CLI_LAUNCHER = (
-    "import sys; from nbmemory.cli import main as cli; from nbmemory.embed import FakeEmbedder; real = cli._memory; "
+    "import importlib; cli = importlib.import_module('nbmemory.cli.main'); from nbmemory.embed import FakeEmbedder; real = cli._memory; "
     "cli._memory = lambda a, **k: real(a, embedder=FakeEmbedder(dim=32), **k); raise SystemExit(cli.main())"
 )
 
 
+@pytest.mark.integration
 def test_cli_process_with_undecodable_and_odd_argv(cli_db: Path, tmp_path: Path) -> None:
     import subprocess
 

@@ -29,7 +29,8 @@ from tests.reliability.crash_harness import PHASES, Kill, run_campaign
 
 # The kills land inside HNSW persistence and rebuilds: the SQL path's machinery, which the
 # memory-resident index (the default) does without; tests/search/test_hot.py covers a crash there.
-pytestmark = pytest.mark.usefixtures("sql_path")
+# Every test kills real processes.
+pytestmark = [pytest.mark.usefixtures("sql_path"), pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
 

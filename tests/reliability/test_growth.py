@@ -21,6 +21,7 @@ from nbmemory.store import search_log as search_log_module
 from nbmemory.store import vectors
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("sql_path")
 def test_the_hnsw_index_is_rebuilt_before_incremental_writes_bloat_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

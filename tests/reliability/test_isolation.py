@@ -47,6 +47,8 @@ from nbmemory.search.filters import KINDS
 from nbmemory.store import hot, vectors
 
 REPO = Path(__file__).resolve().parents[2]
+# One dataset through every front end: a Jupyter server, a shell, CLI runs and processes.
+pytestmark = pytest.mark.integration
 
 # Awkward names on purpose: case, a trailing space, SQL LIKE and GLOB wildcards, a quote, a slash,
 # non-ASCII, a prefix of another name.

@@ -28,6 +28,7 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.items import Hit, Item
 from nbmemory.server import handlers
 from nbmemory.server.handlers import MemoryHandler
+from tests.conftest import copy_store
 
 REPO = Path(__file__).resolve().parents[2]
 VERBS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
@@ -49,7 +50,7 @@ def allow_unauthenticated(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
-def jp_server_config(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Config]:
+def jp_server_config(tmp_path: Path, request: pytest.FixtureRequest, empty_store: Path) -> Iterator[Config]:
     from nbmemory.remote import connect
 
     # Jupyter Server's default lets a handler run without a user unless the handler itself
@@ -60,9 +61,10 @@ def jp_server_config(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator
         else True
     )
     opened: list[Any] = []
+    path = copy_store(empty_store, tmp_path / "home" / "memory.duckdb")
 
     def factory() -> Any:
-        memory = connect(tmp_path / "home" / "memory.duckdb", embedder=FakeEmbedder(dim=32))
+        memory = connect(path, embedder=FakeEmbedder(dim=32))
         opened.append(memory)
         return memory
 

@@ -21,6 +21,9 @@ NOTES = ROOT / "tests" / "data" / "til"
 QUESTIONS = [json.loads(line)["query"] for line in (ROOT / "bench" / "data" / "notes-queries.jsonl").open()]
 FILTERS = [{}, {"kind": "markdown"}, {"path": "*/git/*"}, {"namespace": "other"}, {"tags": ["x"]}]
 
+# Real notes (882 files), every search twice.
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def notes() -> Iterator[Memory]:

@@ -125,6 +125,7 @@ def test_a_note_holding_the_symbol_ranks_first_and_filters_and_deletions_hold(
     assert stage is not None and stage.notes["symbols"] == {"g??": 1}
 
 
+@pytest.mark.integration
 def test_the_head_index_and_the_scan_find_the_same_chunks(tmp_path: Path) -> None:
     # 882 real notes, many with code: every symbol's holders, from the head index of the
     # preloaded rows and from the DuckDB scan, before and after writes.

@@ -20,12 +20,13 @@ from traitlets.config import Config
 
 import nbmemory.server
 from nbmemory.embed import FakeEmbedder
+from tests.conftest import copy_store
 from tests.tune.conftest import notes_copy, notes_store  # noqa: F401 (a small real memory to tune)
 
 
 @pytest.fixture
-def memory_path(tmp_path: Path) -> Path:
-    return tmp_path / "server-home" / "memory.duckdb"
+def memory_path(tmp_path: Path, empty_store: Path) -> Path:
+    return copy_store(empty_store, tmp_path / "server-home" / "memory.duckdb")
 
 
 @pytest.fixture

@@ -64,6 +64,7 @@ def test_tuned_configs_run_on_a_store_of_the_tuned_model(tiny: Path) -> None:
         evaluate_beir(tiny, "default,tuned", embedder=base, log=None)
 
 
+@pytest.mark.model
 def test_tune_beir_command_mines_the_corpus_only(
     small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

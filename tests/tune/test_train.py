@@ -33,6 +33,7 @@ def embed(folder: Path) -> np.ndarray:
     return SentenceTransformerEmbedder(str(folder), device="cpu").embed_documents(["vpn drops on the train"])
 
 
+@pytest.mark.model
 def test_training_is_deterministic_and_keeps_the_search_sequence_length(tmp_path: Path) -> None:
     first = train_model(TRIPLES, DEFAULT_MODEL, tmp_path / "a", TINY)
     second = train_model(TRIPLES, DEFAULT_MODEL, tmp_path / "b", TINY)
@@ -47,6 +48,7 @@ def test_training_is_deterministic_and_keeps_the_search_sequence_length(tmp_path
     assert (tmp_path / "a" / "nbmemory_training.json").exists()
 
 
+@pytest.mark.model
 def test_pairs_without_hard_negatives(tmp_path: Path) -> None:
     config = TrainConfig(batch_size=6, max_steps=1, max_seq_length=32, device="cpu", hard_negatives=False)
     report = train_model(TRIPLES, DEFAULT_MODEL, tmp_path / "pairs", config)

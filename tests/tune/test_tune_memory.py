@@ -135,6 +135,7 @@ def test_tune_needs_a_sentence_transformers_model_and_enough_content(
             mem.tune(TuneOptions(train=TINY))
 
 
+@pytest.mark.model
 def test_writes_during_a_model_switch_store_vectors_of_the_model_in_use(tmp_path: Path) -> None:
     """A switch running in another thread (a background ``%memtune`` adopting its candidate) waits
     for the write that embedded with the old model; the writes after it use the new one."""
