@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import kind_of
-from nbmemory.remote.owner import endpoint
+from nbmemory.remote.paths import endpoint
 from nbmemory.tune.versions import models_dir
 
 if TYPE_CHECKING:
@@ -135,7 +135,9 @@ class ChangeQueue:
         self._memory: Any = memory if hasattr(memory, "index") else None
         self._open = memory if self._memory is None else None
         self.source = source
-        self.fixed_roots = [Root(_absolute(r.path), r.namespace) for r in roots] if roots is not None else None
+        self.fixed_roots = (
+            [Root(_absolute(r.path), r.namespace) for r in roots] if roots is not None else None
+        )
         self.on_batch = on_batch
         self.quiet, self.max_wait = quiet, max_wait
         self.slice_files, self.retry_after = slice_files, retry_after
@@ -231,9 +233,7 @@ class ChangeQueue:
         with self._cond:
             pending = len(self._pending) + (1 if self._scan else 0)
             indexing = self._indexing
-            failures = [
-                {"path": p, "reason": r, "at": round(t, 3)} for p, (r, t) in self._failures.items()
-            ]
+            failures = [{"path": p, "reason": r, "at": round(t, 3)} for p, (r, t) in self._failures.items()]
         return {
             "source": self.source,
             "pid": os.getpid(),
@@ -241,7 +241,9 @@ class ChangeQueue:
             "pending": pending,
             "indexing": indexing,
             "batches": self.batches,
-            "last_batch": asdict(self.last_batch) | {"line": self.last_batch.line()} if self.last_batch else None,
+            "last_batch": asdict(self.last_batch) | {"line": self.last_batch.line()}
+            if self.last_batch
+            else None,
             "failures": failures[-MAX_FAILURES:],
             "error": self.error,
             "started": round(self.started, 3),
@@ -312,10 +314,8 @@ class ChangeQueue:
         if scan:
             for root in self._roots:
                 targets.setdefault(root.namespace, set()).add(root.path)
-        for path, deleted in batch.items():
-            for root in self._roots:
-                if not _inside(path, root.path):
-                    continue
+        for raw, deleted in batch.items():
+            for root, path in self._placed(raw):
                 target = self._target(path, deleted, root)
                 if target is not None:
                     targets.setdefault(root.namespace, set()).add(target)
@@ -366,6 +366,19 @@ class ChangeQueue:
             self._last = now
             self._cond.notify_all()
 
+    def _placed(self, path: str) -> list[tuple[Root, str]]:
+        """The roots ``path`` lies under, with ``path`` spelt as under each root: an event may
+        name it through a symlink the root was not indexed through, or the other way round."""
+        found = [(root, path) for root in self._roots if _inside(path, root.path)]
+        if found or not self._roots:
+            return found
+        real = os.path.realpath(path)
+        for root in self._roots:
+            base = os.path.realpath(root.path)
+            if _inside(real, base):
+                found.append((root, os.path.normpath(os.path.join(root.path, os.path.relpath(real, base)))))
+        return found
+
     def _target(self, path: str, deleted: bool, root: Root) -> str | None:
         """What to index for a change of ``path`` under ``root``: the file, the folder moved or
         created, or for a path that went away the nearest folder still there (indexing it
@@ -378,7 +391,8 @@ class ChangeQueue:
         if self._is_own(path) or exclude.excluded(path, root.path, ignored) is not None:
             return None
         if not deleted and os.path.isdir(path):
-            return path
+            # As an index run's walk does: a symlinked folder is not followed (it may loop).
+            return None if os.path.islink(path) else path
         if not deleted and os.path.lexists(path):
             return path if kind_of(name) is not None else None
         # Gone. A path without an ingestible kind may have been a folder: unless it has some

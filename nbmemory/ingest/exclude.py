@@ -24,9 +24,7 @@ TEMP_FILES = ("*.swp", "*.swo", "*.swx", "*~", ".#*", "*.tmp", "#*#")
 def skip_dir(parent: str | os.PathLike[str], name: str) -> bool:
     """Whether the folder ``parent/name`` is never entered: hidden, junk, or a virtualenv."""
     return (
-        name.startswith(".")
-        or name in SKIP_DIRS
-        or os.path.exists(os.path.join(parent, name, "pyvenv.cfg"))
+        name.startswith(".") or name in SKIP_DIRS or os.path.exists(os.path.join(parent, name, "pyvenv.cfg"))
     )
 
 
@@ -98,7 +96,7 @@ def excluded(path: str, root: str, ignored: Ignored | None = None) -> str | None
         folder = os.path.join(folder, name)
     name = parts[-1]
     is_dir = os.path.isdir(path)
-    if (skip_dir(folder, name) if is_dir else skip_file(name)):
+    if skip_dir(folder, name) if is_dir else skip_file(name):
         return "an excluded name"
     if ignored is not None and ignored.matches(path, is_dir):
         return "ignored by .gitignore"
