@@ -44,6 +44,7 @@ import numpy as np
 
 from bench.lib.corpus import load_chunks, load_queries
 from bench.lib.measure import dist, loadavg, log
+from bench.lib.paths import RESULTS
 
 SECTIONS = 5
 POLL = 0.01
@@ -306,7 +307,12 @@ def run_config(name: str, chunks: int, args: argparse.Namespace) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, help="write the JSON here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "live-latency.json",
+        help="write the JSON here (default: %(default)s)",
+    )
     parser.add_argument("--configs", default="fake-2k,real-2k,fake-50k")
     parser.add_argument("--saves", type=int, default=30)
     parser.add_argument("--real-saves", type=int, default=12)
