@@ -57,7 +57,25 @@ class MemoryAPI(Protocol):
         Unchanged files are skipped by mtime and size, then by content hash; removed files
         lose their chunks; bad files are skipped with a message in ``report.skipped``.
         ``progress(done, total, path)`` is called as files are read (only in the owner's
-        process: a callback cannot cross to another process).
+        process: a callback cannot cross to another process). An indexed folder is remembered
+        as a root (:meth:`roots`) that the live indexer keeps current.
+        """
+        ...
+
+    def roots(self) -> list[dict[str, Any]]:
+        """The folders this memory keeps current: ``[{path, namespace, added_at}]``.
+
+        A folder becomes a root when it is indexed (a folder inside a root of the same namespace
+        is covered by it). The live indexer (``nbmemory watch``, the Jupyter server) re-indexes
+        what changes under them.
+        """
+        ...
+
+    def remove_root(self, path: str | os.PathLike[str], *, namespace: str | None = None) -> int:
+        """Stop keeping a folder current (in ``namespace``, or in every namespace).
+
+        What was indexed from it stays searchable (``forget(path=...)`` removes it). Returns the
+        number of roots removed.
         """
         ...
 

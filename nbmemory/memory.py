@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nbmemory import api, validate
+from nbmemory import api, live, validate
 from nbmemory.active_model import ActiveModel, ModelPolicy
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
@@ -35,6 +35,7 @@ from nbmemory.search.pipeline import MAX_K, SearchPipeline
 from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, item_rows, passages, request_keys, vectors
+from nbmemory.store import roots as root_rows
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.doctor import DoctorReport, run_doctor
 from nbmemory.store.search_log import SearchLog
@@ -144,6 +145,9 @@ class Memory:
                 passages=self.settings.passages,
             )
             report = indexer.run(paths, namespace or self.settings.namespace)
+        for folder in (Path(p).expanduser().absolute() for p in paths):
+            if folder.is_dir():
+                root_rows.add(self.db, folder, namespace or self.settings.namespace)
         self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
         if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
             # Measured here (about a second) rather than by the first search without a clear answer.
@@ -158,6 +162,13 @@ class Memory:
             vectors.compact_index(self.db)
         if deleted:
             passages.prune(self.db)
+
+    def roots(self) -> list[dict[str, Any]]:
+        return root_rows.listed(self.db)
+
+    def remove_root(self, path: str | os.PathLike[str], *, namespace: str | None = None) -> int:
+        validate.check_fields(path=str(path), namespace=namespace)
+        return root_rows.remove(self.db, str(Path(path).expanduser().absolute()), namespace)
 
     # -- memory operations -----------------------------------------------------------------
     def remember(
@@ -418,7 +429,11 @@ class Memory:
 
     def stats(self) -> dict[str, Any]:
         self.flush()
-        return item_rows.stats(self.db, self.path)
+        stats = item_rows.stats(self.db, self.path)
+        stats["roots"] = len(root_rows.listed(self.db))
+        # What the live indexers of this memory (in any process) have pending, doing or failed.
+        stats["live"] = live.summary(self.path)
+        return stats
 
     def doctor(self, repair: bool = False) -> DoctorReport:
         report = run_doctor(self.db, self._model.loaded, self.reembed, repair, self.settings.passages)

@@ -39,7 +39,14 @@ def test_lower_layers_never_import_the_facade() -> None:
 
 #: The serving code: what answers a search or takes a write. It never reads evaluation code or data.
 SERVING = ("nbmemory.store", "nbmemory.search", "nbmemory.ingest", "nbmemory.embed", "nbmemory.remote")
-FACADE = ("nbmemory.memory", "nbmemory.api", "nbmemory.jobs", "nbmemory.options", "nbmemory.config")
+FACADE = (
+    "nbmemory.memory",
+    "nbmemory.api",
+    "nbmemory.jobs",
+    "nbmemory.live",
+    "nbmemory.options",
+    "nbmemory.config",
+)
 #: The front ends, each in its own package.
 FRONT_ENDS = ("nbmemory.cli", "nbmemory.jupyter", "nbmemory.mcp", "nbmemory.server")
 #: What a front end may import: the facade (in one process or shared), its jobs, the option
@@ -49,6 +56,7 @@ FRONT_END_MAY_IMPORT = (
     "nbmemory.api",
     "nbmemory.remote",
     "nbmemory.jobs",
+    "nbmemory.live",
     "nbmemory.options",
     "nbmemory.errors",
     "nbmemory.items",
@@ -83,7 +91,10 @@ def test_front_ends_import_only_the_facade_and_the_option_specs() -> None:
         if not _under(module, FRONT_ENDS):
             continue
         # ``nbmemory eval ...`` is the evaluation's own command line, mounted by the CLI.
-        allowed = (*FRONT_END_MAY_IMPORT, *(("nbmemory.eval.cli",) if _under(module, ("nbmemory.cli",)) else ()))
+        allowed = (
+            *FRONT_END_MAY_IMPORT,
+            *(("nbmemory.eval.cli",) if _under(module, ("nbmemory.cli",)) else ()),
+        )
         bad = sorted(t for t in targets if t.startswith("nbmemory.") and not _under(t, allowed))
         if bad:
             offenders[module] = bad
@@ -146,6 +157,8 @@ def test_every_operation_is_reachable_through_connect_with_the_declared_signatur
             "export": lambda m: m.export(tmp_path / "out.jsonl") >= 3,
             "reembed": lambda m: m.reembed() >= 3,
             "models": lambda m: isinstance(m.models(), list),
+            "roots": lambda m: [r["path"] for r in m.roots()] == [str(notes)],
+            "remove_root": lambda m: m.remove_root(notes) == 1 and m.roots() == [],
         }
         assert set(calls) == set(api.API_METHODS), "a declared operation has no call here"
         for name in api.API_METHODS:

@@ -486,6 +486,38 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 1
 
 
+@command(
+    "watch",
+    "keep folders indexed as their files change (default: the folders indexed before); Ctrl-C stops",
+    Option("folders", nargs="*", metavar="DIR", help="folders to watch (default: the memory's roots)"),
+    Option(
+        "--ns", help="namespace for the folders named here (default: 'default'); else only this one's roots"
+    ),
+    Option(
+        "--no-scan",
+        action="store_true",
+        help="do not index the folders first (what changed while nothing watched)",
+    ),
+)
+def cmd_watch(args: argparse.Namespace) -> int:
+    from nbmemory.cli.watch import run_watch
+
+    # Long-lived: it owns the memory itself (or is the client of its owner), like `serve`.
+    with _memory(args, background=False) as mem:
+        return run_watch(mem, args.folders, args.ns, not args.no_scan, args.quiet)
+
+
+@command("status", "the folders kept current, and what live indexing has pending, is doing or failed", JSON)
+def cmd_status(args: argparse.Namespace) -> int:
+    from nbmemory.cli.watch import print_status
+    from nbmemory.live import watchers
+
+    with _memory(args) as mem:
+        roots = mem.roots()
+    print_status(roots, watchers(_settings(args).db_path), args.json)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``nbmemory``: every registered command, then ``nbmemory eval``."""
     parser = argparse.ArgumentParser(prog="nbmemory", description=DESCRIPTION)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nbmemory.errors import BadFileError
+from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.redact import redact
 from nbmemory.store import chunks as chunk_rows
@@ -30,8 +31,7 @@ from nbmemory.store.db import Database, utcnow
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
 
-# Generated HTML is skipped too: coverage reports (htmlcov) and Sphinx/Jupyter Book builds (_build).
-SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", ".ipynb_checkpoints", "htmlcov", "_build"}
+SKIP_DIRS = exclude.SKIP_DIRS
 BATCH_CHUNKS = 512
 
 
@@ -83,7 +83,8 @@ class _FilePlan:
 
 
 def walk(root: Path, onerror: Callable[[OSError], None] | None = None) -> Iterator[Path]:
-    """Files under ``root`` that have an ingestible kind; hidden and junk folders skipped.
+    """Files under ``root`` that have an ingestible kind; hidden and junk folders, virtualenvs,
+    editor temp files and what ``.gitignore`` files ignore are skipped (:mod:`.exclude`).
 
     Symlinked folders are not followed (no loops); symlinked files are. A folder that cannot
     be listed is passed to ``onerror`` (and otherwise ignored).
@@ -91,16 +92,17 @@ def walk(root: Path, onerror: Callable[[OSError], None] | None = None) -> Iterat
     if root.is_file():
         yield root
         return
+    ignored = exclude.Ignored(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=onerror):
         dirnames[:] = sorted(
             d
             for d in dirnames
-            if not d.startswith(".")
-            and d not in SKIP_DIRS
-            and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
+            if not exclude.skip_dir(dirpath, d) and not ignored.matches(os.path.join(dirpath, d), True)
         )
         for name in sorted(filenames):
-            if name.startswith(".") or kind_of(name) is None:
+            if exclude.skip_file(name) or kind_of(name) is None:
+                continue
+            if ignored.matches(os.path.join(dirpath, name)):
                 continue
             yield Path(dirpath) / name
 

@@ -9,11 +9,9 @@ and an HMAC challenge with a per-file key (``multiprocessing.connection``), JSON
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -23,27 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from nbmemory.remote import wire
-
-
-def runtime_dir() -> Path:
-    """A folder only this user can enter, for sockets and keys."""
-    base = os.environ.get("NBMEMORY_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
-    folder = Path(base) / "nbmemory" if base else Path(tempfile.gettempdir()) / f"nbmemory-{os.getuid()}"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
-    return folder
-
+from nbmemory.remote.paths import endpoint
 
 # Who serves a memory, as ``ping`` reports it: a CLI's background owner, ``nbmemory serve`` in a
 # terminal, or any other process that opened it (a kernel, the Jupyter server, a script).
 SERVED_BY = ("background", "serve", "process")
-
-
-def endpoint(db_path: Path) -> tuple[str, Path]:
-    """Socket address and key file of the owner of ``db_path`` (short: sockets allow ~100 bytes)."""
-    digest = hashlib.sha256(str(Path(db_path).expanduser().absolute()).encode()).hexdigest()[:16]
-    folder = runtime_dir()
-    return str(folder / f"{digest}.sock"), folder / f"{digest}.key"
 
 
 def read_key(key_path: Path) -> bytes | None:

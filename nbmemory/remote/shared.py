@@ -282,6 +282,7 @@ _PREPARE: dict[str, Callable[[dict[str, Any]], None]] = {
     "index": lambda args: args.update(paths=tuple(_absolute(p) for p in args["paths"])),
     "forget": _prepare_forget,
     "export": lambda args: args.update(out=_absolute(args["out"])),
+    "remove_root": lambda args: args.update(path=_absolute(args["path"])),
 }
 
 

@@ -2,7 +2,9 @@
 
 The memory is opened lazily, on the first request, with :func:`nbmemory.remote.connect`: the
 server becomes the owner of the file when no kernel or CLI holds it, else a client of the
-current owner. A server start therefore never waits for the database or the model.
+current owner. A server start therefore never waits for the database or the model. The live
+indexer (:mod:`nbmemory.server.live`) opens it when a file is saved, or a few seconds after the
+start to scan the indexed folders.
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Register the ``/nbmemory/`` handlers; the memory itself opens on the first request."""
+    from nbmemory.server import live
     from nbmemory.server.handlers import setup_handlers
 
-    serverapp.web_app.settings["nbmemory"] = ServerState(serverapp.root_dir, state.memory_factory())
+    shared = ServerState(serverapp.root_dir, state.memory_factory())
+    serverapp.web_app.settings["nbmemory"] = shared
     setup_handlers(serverapp.web_app)
     serverapp.log.info("nbmemory: REST API at %snbmemory/ (memory opens on first use)", serverapp.base_url)
+    if live.watch_enabled(serverapp):
+        live.start(serverapp, shared)
+        serverapp.log.info("nbmemory: files saved under indexed folders are indexed (NBMEMORY_WATCH=0: off)")
     # A module extension gets no stop hook; SharedMemory also closes itself at exit.
 
 

@@ -386,6 +386,31 @@ class StatsHandler(MemoryHandler):
         self.reply(stats)
 
 
+class LiveHandler(MemoryHandler):
+    """``GET /nbmemory/live``: ``{enabled, roots, server, watchers}``: the folders kept current,
+    this server's live indexer (pending, indexing, last batch, failures with file and reason),
+    and every live indexer of the memory (``nbmemory watch`` runs too). Paths are absolute."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        from nbmemory.live import watchers
+
+        queue = self.state.live
+
+        def read(mem: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            return mem.roots(), watchers(mem.path)
+
+        roots, running = await self.call(read)
+        self.reply(
+            {
+                "enabled": queue is not None,
+                "roots": roots,
+                "server": queue.status() if queue is not None else None,
+                "watchers": running,
+            }
+        )
+
+
 class RelatedHandler(MemoryHandler):
     """``GET /nbmemory/related/<id>?k=5&ns=``."""
 
@@ -597,6 +622,7 @@ ROUTES: list[tuple[str, type[MemoryHandler]]] = [
     (r"items/([^/]+)", ItemHandler),
     ("forget", ForgetHandler),
     ("stats", StatsHandler),
+    ("live", LiveHandler),
     ("index", IndexHandler),
     (r"index/([^/]+)", IndexJobHandler),
     ("tune", TuneHandler),

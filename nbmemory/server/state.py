@@ -61,6 +61,9 @@ class ServerState:
         self.jobs: dict[str, Any] = {}
         # Tuning runs (TuneJob, each in its own thread), by id: one runs at a time.
         self.tune_jobs: dict[str, Any] = {}
+        #: The live indexer fed by the contents events (nbmemory.server.live), None when off.
+        self.live: Any = None
+        self.live_listener: Any = None
 
     def memory(self) -> Any:
         """The shared memory, opened on the first call (blocking: call it from a worker thread)."""
@@ -71,7 +74,11 @@ class ServerState:
         return self._memory
 
     def close(self) -> None:
-        """Stop the pools and close the memory (hands ownership of the file to the next process)."""
+        """Stop the live indexer and the pools, and close the memory (hands ownership of the file
+        to the next process)."""
+        if self.live is not None:
+            self.live.close()
+            self.live = None
         self.job_executor.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown(wait=False, cancel_futures=True)
         with self._open_lock:

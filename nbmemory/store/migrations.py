@@ -132,12 +132,27 @@ def m005_passages(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m006_roots(con: duckdb.DuckDBPyConnection) -> None:
+    # The folders a user indexed: what the live indexer keeps current (nbmemory.live).
+    con.execute(
+        """
+        CREATE TABLE IF NOT EXISTS roots (
+            path VARCHAR NOT NULL,
+            namespace VARCHAR NOT NULL,
+            added_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (path, namespace)
+        )
+        """
+    )
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_create_tables", m001_create_tables),
     (2, "m002_request_keys", m002_request_keys),
     (3, "m003_model_versions", m003_model_versions),
     (4, "m004_chunk_page", m004_chunk_page),
     (5, "m005_passages", m005_passages),
+    (6, "m006_roots", m006_roots),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -38,7 +38,14 @@ def open_memory(memory_path: Path) -> Callable[[], Any]:
 
 
 @pytest.fixture
-def jp_server_config(open_memory: Callable[[], Any]) -> Iterator[Config]:
+def nbmemory_watch() -> bool:
+    """Whether the server's live indexer runs (``c.NbMemory.watch``): off where a test is not
+    about it, so that files a test saves change nothing else it checks."""
+    return False
+
+
+@pytest.fixture
+def jp_server_config(open_memory: Callable[[], Any], nbmemory_watch: bool) -> Iterator[Config]:
     opened: list[Any] = []
 
     def factory() -> Any:
@@ -52,7 +59,8 @@ def jp_server_config(open_memory: Callable[[], Any]) -> Iterator[Config]:
             "ServerApp": {
                 "jpserver_extensions": {"nbmemory": True, "jupyter_server_terminals": False},
                 "allow_unauthenticated_access": False,
-            }
+            },
+            "NbMemory": {"watch": nbmemory_watch},
         }
     )
     nbmemory.server.set_memory_factory(None)

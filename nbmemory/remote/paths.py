@@ -1,0 +1,26 @@
+"""Where the processes sharing a memory meet: a private runtime folder and, per memory file, the
+owner's socket and key (:mod:`nbmemory.remote.owner`) and the live indexers' status files
+(:mod:`nbmemory.live`). Standard library only, so any module can import it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def runtime_dir() -> Path:
+    """A folder only this user can enter, for sockets and keys."""
+    base = os.environ.get("NBMEMORY_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(base) / "nbmemory" if base else Path(tempfile.gettempdir()) / f"nbmemory-{os.getuid()}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def endpoint(db_path: Path) -> tuple[str, Path]:
+    """Socket address and key file of the owner of ``db_path`` (short: sockets allow ~100 bytes)."""
+    digest = hashlib.sha256(str(Path(db_path).expanduser().absolute()).encode()).hexdigest()[:16]
+    folder = runtime_dir()
+    return str(folder / f"{digest}.sock"), folder / f"{digest}.key"
