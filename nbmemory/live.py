@@ -133,7 +133,7 @@ class ChangeQueue:
         if slice_files < 1:
             raise ValueError(f"slice_files must be greater than 0, got {slice_files}")
         self._memory: Any = memory if hasattr(memory, "index") else None
-        self._open = memory if self._memory is None else None
+        self._open: Callable[[], MemoryAPI] | None = memory if self._memory is None else None  # type: ignore[assignment]
         self.source = source
         self.fixed_roots = (
             [Root(_absolute(r.path), r.namespace) for r in roots] if roots is not None else None

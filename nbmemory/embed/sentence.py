@@ -265,23 +265,20 @@ class SentenceTransformerEmbedder:
             ]
             if not rest:
                 break
-            starts = []
-            for i in rest:
-                last = offsets[i][-1]
-                starts.append(max(keep[i], int(last[max(len(last) - LATE_OVERLAP, 0), 0])) if len(last) else None)
-            rest = [i for i, s in zip(rest, starts, strict=True) if s is not None]
-            starts = [s for s in starts if s is not None]
+            # Each further pass starts LATE_OVERLAP tokens before the last one stopped.
+            restart = {i: int(last[max(len(last) - LATE_OVERLAP, 0), 0]) for i in rest if len(last := offsets[i][-1])}
+            rest = list(restart)
+            starts = [max(keep[i], restart[i]) for i in rest]
             tails = [texts[i][: keep[i]] + texts[i][s:] for i, s in zip(rest, starts, strict=True)]
             _, more = self._encode_tokens(tails, None)
             for i, s, (emb, off, end) in zip(rest, starts, more, strict=True):
-                shift = s - keep[i]
+                shift, before = s - keep[i], ends[i] or 0
                 # The heading and the overlap were context: only what this pass read past the
                 # last one joins the text's tokens.
-                new = (off[:, 0] >= keep[i]) & (off[:, 0] + shift >= ends[i])
+                new = (off[:, 0] >= keep[i]) & (off[:, 0] + shift >= before)
                 tokens[i].append(emb[new])
                 offsets[i].append(off[new] + shift)
-                progressed = end is None or end + shift > ends[i]
-                ends[i] = end + shift if end is not None and progressed else None
+                ends[i] = end + shift if end is not None and end + shift > before else None
         pooled: list[list[np.ndarray | None]] = []
         for i, wanted in enumerate(spans):
             emb = np.concatenate(tokens[i])

@@ -146,7 +146,7 @@ def _vectors(
         alone = embedder.embed_documents([windows_of[d][n] for d, n in wanted], progress=progress)
         for (d, n), vec in zip(wanted, alone, strict=True):
             found[d][n] = vec
-    return {d: np.asarray(np.stack(v), dtype=np.float32) for d, v in found.items()}
+    return {d: np.asarray(np.stack([x for x in v if x is not None]), dtype=np.float32) for d, v in found.items()}
 
 
 def _store(
