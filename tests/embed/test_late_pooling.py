@@ -95,8 +95,9 @@ def test_a_chunk_past_the_model_window_is_read_on_and_every_window_gets_a_vector
 
 
 def test_indexing_stores_the_pooled_passages_and_embeds_each_chunk_once(
-    tmp_path: Path, real_embedder: SentenceTransformerEmbedder
+    tmp_path: Path, real_embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("NBMEMORY_PASSAGE_METHOD", "late")
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "undo.md").write_text(f"# Undo\n\n{SHORT}\n")
@@ -120,5 +121,29 @@ def test_indexing_stores_the_pooled_passages_and_embeds_each_chunk_once(
     assert calls == []  # no window was embedded on its own
     spans, keep = passages.plan(heading, text, "markdown")
     _, pooled = real_embedder.embed_with_spans([embedding_text(heading, text)], [spans], [keep])
-    for (_, n, vec), expected in zip(stored, pooled[0], strict=True):
+    for (_, _n, vec), expected in zip(stored, pooled[0], strict=True):
         assert expected is not None and 1.0 - float(np.asarray(vec) @ expected) < TOLERANCE
+
+
+def test_windows_are_embedded_alone_by_default_and_a_memory_switches_method_once(
+    tmp_path: Path, real_embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "undo.md").write_text(f"# Undo\n\n{SHORT}\n")
+    assert passages.method(real_embedder) == passages.SEPARATE
+    monkeypatch.setenv("NBMEMORY_PASSAGE_METHOD", "late")
+    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
+        mem.index(notes)
+        late = mem.db.fetchall("SELECT n, vec FROM passages ORDER BY n")
+        (heading, text), = mem.db.fetchall("SELECT heading, text FROM chunks")
+    monkeypatch.delenv("NBMEMORY_PASSAGE_METHOD")
+    with Memory(tmp_path / "m.duckdb", embedder=real_embedder) as mem:
+        mem.search("undo a pushed commit", k=1)  # the first use makes them again, as windows alone
+        alone = mem.db.fetchall("SELECT n, vec FROM passages ORDER BY n")
+        assert mem.db.get_meta("passage_method") == passages.SEPARATE
+    expected = real_embedder.embed_documents(passages.texts_of(heading, text, "markdown"))
+    assert len(alone) == len(late) == len(expected) >= 2
+    for (_, vec), want in zip(alone, expected, strict=True):
+        assert 1.0 - float(np.asarray(vec) @ want) < TOLERANCE
+    assert any(1.0 - float(np.asarray(a[1]) @ np.asarray(b[1])) > 1e-3 for a, b in zip(late, alone, strict=True))
