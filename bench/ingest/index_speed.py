@@ -1,18 +1,18 @@
 """How fast a notes folder is indexed with the defaults, side by side with one bare model pass
 and the peers, in one run.
 
-    python -m bench.ingest.index_speed [--corpus DIR] [--subset SIZE:SEED] [--separate] [--peers]
+    python -m bench.ingest.index_speed [--corpus DIR] [--subset SIZE:SEED] [--late] [--peers]
         [--torch-threads N] [--out FILE]
 
 Every system embeds with the bundled all-MiniLM-L6-v2 and no vector cache (each text embedded for
 real), into a new store:
 
-* ``nbmemory default``: ``Memory.index(corpus)`` with the default settings (passages on, pooled
-  from each chunk's own pass: :mod:`nbmemory.store.passages`).
+* ``nbmemory default``: ``Memory.index(corpus)`` with the default settings (passages on, each
+  sentence window embedded on its own: :mod:`nbmemory.store.passages`).
 * ``bare pass``: one plain ``SentenceTransformer.encode`` (batch 64) of the very texts the
   chunks of that store embed (heading and text): the model work every system must do at least.
-* ``nbmemory separate passages`` (``--separate``): the default, but every window embedded on its
-  own (how passages were made before late pooling).
+* ``nbmemory, passages by late pooling`` (``--late``): ``NBMEMORY_PASSAGE_METHOD=late``, each
+  window pooled from its chunk's own forward pass.
 * ``vstash`` / ``memsearch`` (``--peers``): their drivers (``../shared/peers``, installed by its
   ``setup.sh``) ingest the same notes; the time is the one they print.
 
@@ -47,22 +47,10 @@ OUT = RESULTS / "index-speed.json"
 PEERS = {"vstash": "split", "memsearch": "flat"}
 
 
-class SeparateWindows:
-    """The bundled embedder without span pooling: passages embedded window by window."""
-
-    def __init__(self, inner: SentenceTransformerEmbedder) -> None:
-        self.inner = inner
-        self.name, self.fingerprint, self.dim = inner.name, inner.fingerprint, inner.dim
-
-    def embed_documents(self, texts: Any, progress: Any = None) -> Any:
-        return self.inner.embed_documents(texts, progress=progress)
-
-    def embed_query(self, text: str) -> Any:
-        return self.inner.embed_query(text)
-
-
-def index_once(corpus: Path, embedder: Any, label: str) -> tuple[dict[str, Any], list[str]]:
-    """Index ``corpus`` into a new store; the row, and the embedding texts of its chunks."""
+def index_once(corpus: Path, embedder: Any, label: str, method: str) -> tuple[dict[str, Any], list[str]]:
+    """Index ``corpus`` into a new store, passages made by ``method``; the row, and the
+    embedding texts of its chunks."""
+    os.environ["NBMEMORY_PASSAGE_METHOD"] = method
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "m.duckdb"
         started = time.perf_counter()
@@ -119,7 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default=str(NOTES_CORPUS), help="notes folder (default %(default)s)")
     parser.add_argument("--subset", metavar="SIZE:SEED", help="index a memory of SIZE notes cut with SEED")
-    parser.add_argument("--separate", action="store_true", help="also index with passages window by window")
+    parser.add_argument("--late", action="store_true", help="also index with NBMEMORY_PASSAGE_METHOD=late")
     parser.add_argument("--peers", action="store_true", help="also time vstash's and memsearch's ingest")
     parser.add_argument("--peers-home", type=Path, help="the peers' venvs (default $PEERS or $TMPDIR/nbm-peers)")
     parser.add_argument("--torch-threads", type=int, help="torch intra-op threads")
@@ -139,11 +127,11 @@ def main() -> int:
     embedder = SentenceTransformerEmbedder()
     embedder.embed_documents(["warm up the model"])
     rows: list[dict[str, Any]] = []
-    row, texts = index_once(corpus, embedder, "nbmemory default")
+    row, texts = index_once(corpus, embedder, "nbmemory default (windows embedded alone)", "windows")
     rows.append(row)
     rows.append(bare_pass(texts))
-    if args.separate:
-        rows.append(index_once(corpus, SeparateWindows(embedder), "nbmemory separate passages")[0])
+    if args.late:
+        rows.append(index_once(corpus, embedder, "nbmemory, passages by late pooling", "late")[0])
     if args.peers:
         home = args.peers_home or Path(os.environ.get("PEERS") or Path(os.environ.get("TMPDIR") or "/tmp") / "nbm-peers")
         work = Path(tempfile.mkdtemp(prefix="index-speed-"))

@@ -70,6 +70,14 @@ def _key(fingerprint: str) -> str:
     return f"near_miss:{fingerprint}"
 
 
+def forget(db: Database, fingerprint: str) -> None:
+    """Drop this model's measured near-miss cosine: the next :func:`near_miss` measures it again
+    (after its passages were made another way, say)."""
+    key = _key(fingerprint)
+    db.cache.pop(key, None)
+    db.execute("DELETE FROM meta WHERE key = ?", [key])
+
+
 def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
     """The memory's near-miss cosine for ``embedder``'s vectors; None for a memory of fewer than
     :data:`MIN_SOURCES` sources."""

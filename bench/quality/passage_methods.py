@@ -1,0 +1,130 @@
+"""How passage vectors are made, and what it does to ranking: windows embedded alone (the
+default), or pooled from the chunk's own forward pass ("late chunking"), on the judged notes.
+
+    python -m bench.quality.passage_methods [--methods windows,late,late-heading] [--store DB] [--out FILE]
+
+It takes the indexed store of the 1,871 notes from the evaluation cache (built on first use, as
+``notes_compare`` builds it), and for each method copies it, makes every passage again that way,
+measures the memory's near-miss cosine again (the no-answer flag reads it), and runs both judged
+question sets with the default search. ``late-heading`` pools each window with its heading's
+tokens. Prints MRR@10, misses flagged and false flags per split, and the seconds the passages
+took; writes ``--out`` (default ``bench/results/passage-methods.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.lib.paths import DATA, NOTES_CORPUS, RESULTS
+from nbmemory import Memory
+from nbmemory.embed.sentence import SentenceTransformerEmbedder
+from nbmemory.eval.cache import CachedEmbedder
+from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store, run_notes_config
+from nbmemory.eval.report import write_json
+from nbmemory.search import nearmiss
+from nbmemory.search.config import PipelineConfig
+from nbmemory.store import passages
+
+OUT = RESULTS / "passage-methods.json"
+QUESTION_SETS = [DATA / "notes-queries.jsonl", DATA / "notes-queries-fresh.jsonl"]
+
+
+class Method:
+    """The bundled embedder, making passages one way."""
+
+    def __init__(self, inner: SentenceTransformerEmbedder, pooled: bool, context: bool = False) -> None:
+        self.inner, self.context = inner, context
+        self.name, self.fingerprint, self.dim = inner.name, inner.fingerprint, inner.dim
+        if pooled:
+            self.embed_with_spans = self._pool
+
+    def _pool(self, texts: Any, spans: Any, keep: Any = None, progress: Any = None) -> Any:
+        return self.inner.embed_with_spans(texts, spans, keep, progress=progress, context=self.context)
+
+    def embed_documents(self, texts: Any, progress: Any = None) -> Any:
+        return self.inner.embed_documents(texts, progress=progress)
+
+    def embed_query(self, text: str) -> Any:
+        return self.inner.embed_query(text)
+
+
+def splits_of(path: Path) -> dict[str, str]:
+    tag = "-fresh" if "fresh" in path.name else ""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["qid"]: r.get("split", "test") + tag for r in rows}
+
+
+def run_method(store: Path, embedder: SentenceTransformerEmbedder, name: str, work: Path) -> dict[str, Any]:
+    maker = {
+        "windows": Method(embedder, pooled=False),
+        "late": Method(embedder, pooled=True),
+        "late-heading": Method(embedder, pooled=True, context=True),
+    }[name]
+    copy = work / f"{name}.duckdb"
+    shutil.copy(store, copy)
+    with Memory(copy, embedder=embedder, namespace=_NAMESPACE) as mem:
+        started = time.perf_counter()
+        with mem.db.transaction():
+            mem.db.execute("DELETE FROM passages")
+        mem.db.passage_cache.clear()
+        made = passages.fill_missing(mem.db, maker)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - started
+        # The near-miss cosine was measured with the store's passages: measure it again.
+        nearmiss.forget(mem.db, embedder.fingerprint)
+        nearmiss.near_miss(mem.db, embedder)
+        splits: dict[str, dict[str, Any]] = {}
+        for path in QUESTION_SETS:
+            questions = load_queries(path, "all", corpus=NOTES_CORPUS)
+            split_of = splits_of(path)
+            run = run_notes_config(mem, "default", PipelineConfig(), questions, NOTES_CORPUS)
+            rr: dict[str, list[float]] = defaultdict(list)
+            flags: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+            for q in questions:
+                split = split_of[q.qid]
+                if q.kind == "miss":
+                    flags[split][0] += int(run.flagged[q.qid])
+                    flags[split][1] += 1
+                else:
+                    rr[split].append(run.per_query[q.qid]["mrr@10"])
+                    flags[split][2] += int(run.flagged[q.qid])
+            for split, values in rr.items():
+                flagged, misses, false = flags[split]
+                splits[split] = {
+                    "mrr@10": round(sum(values) / len(values), 4),
+                    "answerable": len(values),
+                    "misses_flagged": f"{flagged}/{misses}",
+                    "false_flags": false,
+                }
+    copy.unlink()
+    return {"method": name, "window_vectors": made, "passage_seconds": round(seconds, 1), "splits": splits}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default="windows,late,late-heading", help="comma-separated (default %(default)s)")
+    parser.add_argument("--store", type=Path, help="an indexed store of the notes to start from (default: the cache's)")
+    parser.add_argument("--out", default=str(OUT), help="write the JSON here (default %(default)s)")
+    args = parser.parse_args()
+    embedder = SentenceTransformerEmbedder()
+    store = args.store
+    if store is None:
+        cached = CachedEmbedder(embedder, _dataset_name(NOTES_CORPUS), log=None)
+        store = prepare_notes_store(NOTES_CORPUS, cached, None, cache=True, log=None).path
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for name in args.methods.split(","):
+            rows.append(run_method(store, embedder, name.strip(), Path(work)))
+            print(json.dumps(rows[-1]), flush=True)
+    write_json({"command": "python -m bench.quality.passage_methods", "corpus": str(NOTES_CORPUS), "runs": rows}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
