@@ -139,7 +139,7 @@ def test_routes_are_the_handler_list(jp_serverapp: Any) -> None:
     registered = {handler for _, handler in found}
     assert registered == {handler for _, handler in handlers.ROUTES}
     assert all(issubclass(h, MemoryHandler) for h in registered)
-    assert len(found) == len(handlers.ROUTES) == 10
+    assert len(found) == len(handlers.ROUTES) == 11  # live: the live indexers' status
 
 
 def test_every_route_and_verb_refuses_requests_without_a_valid_token(

@@ -104,6 +104,7 @@ def test_every_route_is_registered(jp_serverapp: Any) -> None:
         "nbmemory/items/([^/]+)",
         "nbmemory/forget",
         "nbmemory/stats",
+        "nbmemory/live",
         "nbmemory/index",
         "nbmemory/index/([^/]+)",
         "nbmemory/tune",
