@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import kind_of
-from nbmemory.remote.paths import endpoint
+from nbmemory.remote.paths import alive, endpoint
 from nbmemory.tune.versions import models_dir
 
 if TYPE_CHECKING:
@@ -468,16 +468,6 @@ def status_folder(db_path: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def watchers(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The status of every live indexer of ``db_path`` that runs (:meth:`ChangeQueue.status`)."""
     found = []
@@ -486,7 +476,7 @@ def watchers(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             data = json.loads(file.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(data, dict) or not _alive(int(data.get("pid", 0))):
+        if not isinstance(data, dict) or not alive(int(data.get("pid", 0))):
             with contextlib.suppress(OSError):
                 file.unlink()  # left by a process that died
             continue

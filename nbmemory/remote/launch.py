@@ -26,6 +26,7 @@ from nbmemory.config import Settings
 from nbmemory.errors import NbMemoryError
 from nbmemory.remote import wire
 from nbmemory.remote.owner import endpoint, try_connect
+from nbmemory.remote.paths import alive
 
 # The program a background owner runs; the arguments of :func:`owner_argv` follow it.
 OWNER_PROGRAM = [sys.executable, "-m", "nbmemory.remote.daemon"]
@@ -173,28 +174,8 @@ def stop(
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             return Stopped("busy", owner)
         time.sleep(0.05)
     return Stopped("stopped", owner)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        # Our own child (started by this process) must be reaped, or it stays a zombie.
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # Exited, waiting for its parent (another finished run's child, not yet reaped by init).
-    with contextlib.suppress(OSError, IndexError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True

@@ -4,6 +4,7 @@ owner's socket and key (:mod:`nbmemory.remote.owner`) and the live indexers' sta
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -24,3 +25,24 @@ def endpoint(db_path: Path) -> tuple[str, Path]:
     digest = hashlib.sha256(str(Path(db_path).expanduser().absolute()).encode()).hexdigest()[:16]
     folder = runtime_dir()
     return str(folder / f"{digest}.sock"), folder / f"{digest}.key"
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a child of ours is reaped; a zombie counts as gone)."""
+    try:
+        # Our own child (started by this process) must be reaped, or it stays a zombie.
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Exited, waiting for its parent (another finished run's child, not yet reaped by init).
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
