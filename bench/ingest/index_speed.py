@@ -93,7 +93,8 @@ def peer_ingest(name: str, home: Path, flat: Path, work: Path) -> dict[str, Any]
         raise SystemExit(f"{name} driver failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     line = next((x for x in proc.stderr.splitlines() if x.startswith("# ingest:")), "")
     seconds = re.search(r"in ([0-9.]+)s", line)
-    chunks = re.search(r"(\d+) chunks|'chunks': (\d+)|chunk_count': (\d+)|(\d+) chunk", line)
+    # vstash prints "stats=... chunks=597 ...", memsearch "IndexReport(indexed_chunks=682, ...)".
+    chunks = re.search(r"\bindexed_chunks=(\d+)|\bchunks=(\d+)", line)
     found = next((int(g) for g in chunks.groups() if g), None) if chunks else None
     return {
         "system": name,
