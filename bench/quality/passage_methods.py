@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -67,6 +68,8 @@ def run_method(store: Path, embedder: SentenceTransformerEmbedder, name: str, wo
         "late": Method(embedder, pooled=True),
         "late-heading": Method(embedder, pooled=True, context=True),
     }[name]
+    # Pooling is used only when asked for (nbmemory.store.passages.method).
+    os.environ["NBMEMORY_PASSAGE_METHOD"] = "windows" if name == "windows" else "late"
     copy = work / f"{name}.duckdb"
     shutil.copy(store, copy)
     with Memory(copy, embedder=embedder, namespace=_NAMESPACE) as mem:
