@@ -45,33 +45,22 @@ import numpy as np
 from bench.lib.corpus import load_chunks, load_queries
 from bench.lib.measure import dist, loadavg, log
 from bench.lib.paths import RESULTS
+from nbmemory.embed.base import EmbedderProxy
 
 SECTIONS = 5
 POLL = 0.01
 TIMEOUT = 60.0
 
 
-class CountingEmbedder:
+class CountingEmbedder(EmbedderProxy):
     """Counts the documents embedded (queries are not counted)."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.documents = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     def embed_documents(self, texts: Sequence[str], progress: Any = None) -> np.ndarray:
         self.documents += len(texts)

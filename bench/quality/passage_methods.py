@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.lib.paths import DATA, NOTES_CORPUS, RESULTS
 from nbmemory import Memory
+from nbmemory.embed.base import EmbedderProxy
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
 from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store, run_notes_config
@@ -37,12 +38,12 @@ OUT = RESULTS / "passage-methods.json"
 QUESTION_SETS = [DATA / "notes-queries.jsonl", DATA / "notes-queries-fresh.jsonl"]
 
 
-class Method:
+class Method(EmbedderProxy):
     """The bundled embedder, making passages one way."""
 
     def __init__(self, inner: SentenceTransformerEmbedder, pooled: bool, context: bool = False) -> None:
-        self.inner, self.context = inner, context
-        self.name, self.fingerprint, self.dim = inner.name, inner.fingerprint, inner.dim
+        super().__init__(inner)
+        self.context = context
         if pooled:
             self.embed_with_spans = self._pool
 

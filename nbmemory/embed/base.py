@@ -38,3 +38,25 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     norms[norms == 0] = 1.0
     return vectors / norms
+
+
+class EmbedderProxy:
+    """An embedder that wraps another (a cache, a counter, a variant): the wrapped model's
+    ``name``, ``fingerprint`` and ``dim``, so what it stores is indistinguishable from the
+    model's. Subclasses define ``embed_documents`` and ``embed_query``; nothing else is passed
+    through (an optional ability such as ``embed_with_spans`` only where a subclass says so)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim

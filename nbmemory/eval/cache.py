@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nbmemory.config import cache_home
-from nbmemory.embed.base import Embedder, ProgressFn
+from nbmemory.embed.base import Embedder, EmbedderProxy, ProgressFn
 
 #: Texts embedded (and written to the cache) per block.
 BLOCK = 1024
@@ -103,7 +103,7 @@ class VectorCache:
         self._add(raw, vecs)
 
 
-class CachedEmbedder:
+class CachedEmbedder(EmbedderProxy):
     """An :class:`~nbmemory.embed.Embedder` whose document vectors come from a :class:`VectorCache`.
 
     Missing texts are embedded by the wrapped model, longest-first sorted into blocks (less
@@ -131,7 +131,7 @@ class CachedEmbedder:
         root: Path | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = VectorCache(inner.fingerprint, dataset, inner.dim, root)
         self.log = log
         self.embedded = 0
@@ -141,18 +141,6 @@ class CachedEmbedder:
         pool = getattr(inner, "embed_with_spans", None)
         if callable(pool):
             self.embed_with_spans = pool
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     @property
     def device(self) -> str:
