@@ -29,7 +29,7 @@ from nbmemory.eval.beir import load
 from nbmemory.eval.cache import CachedEmbedder, cache_root
 from nbmemory.eval.harness import make_embedder, prepare_store, run_config
 from nbmemory.eval.report import write_json
-from nbmemory.eval.scenario import _apply_timeline, generate
+from nbmemory.eval.scenario import apply_timeline, generate
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         ) as mem,
     ):
         ids = mem.remember_many([i.text for i in scenario.items], sources=[i.source for i in scenario.items])
-        _apply_timeline(mem, scenario, ids)
+        apply_timeline(mem, scenario, ids)
         out["scenario"] = gate_stats(mem, [q.text for q in scenario.queries], config, 10)
     print("scenario seed 7:", json.dumps(out["scenario"]), flush=True)
 

@@ -27,7 +27,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from nbmemory.eval.scenario import wilson
+from nbmemory.eval.margins import wilson
 from nbmemory.jupyter.plots import use_offline_charts
 from nbmemory.search.reject import bundled_thresholds_path, load_thresholds, thresholds_path  # noqa: F401
 

@@ -19,7 +19,7 @@ from nbmemory.eval.diagnostics import (
     wins_losses,
     wins_losses_chart,
 )
-from nbmemory.eval.scenario import wilson
+from nbmemory.eval.margins import wilson
 
 
 def test_disagreement_by_hand() -> None:

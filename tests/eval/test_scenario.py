@@ -8,7 +8,8 @@ import pytest
 
 from nbmemory.embed import FakeEmbedder
 from nbmemory.errors import ConfigError
-from nbmemory.eval.scenario import KINDS, QueryOutcome, evaluate_scenario, generate, score, wilson
+from nbmemory.eval.margins import wilson
+from nbmemory.eval.scenario import KINDS, QueryOutcome, evaluate_scenario, generate, score
 
 
 def test_same_seed_same_scenario() -> None:
