@@ -121,20 +121,27 @@ class ActiveModel:
         else:
             passages.fill(self.db, embedder, contents)
 
-    def reembed(self, embedder: Embedder) -> int:
-        """Re-embed every item with ``embedder`` (resumably), then make it the model; the live items."""
+    def reembed(self, embedder: Embedder, also: Callable[[], None] | None = None) -> int:
+        """Re-embed every item with ``embedder`` (resumably), then make it the model; the live items.
+        ``also`` runs in the swap's transaction (see :func:`nbmemory.store.reembed.swap`)."""
         with stderr_bar("re-embedding", self.show_progress) as progress:
             reembed.stage(self.db, embedder, progress)
-            return self.swap(embedder, progress)
+            return self.swap(embedder, progress, also)
 
-    def swap(self, embedder: Embedder, progress: Callable[[int, int], None] | None = None) -> int:
-        """Replace model and vectors in one step (staged vectors already in place)."""
+    def swap(
+        self,
+        embedder: Embedder,
+        progress: Callable[[int, int], None] | None = None,
+        also: Callable[[], None] | None = None,
+    ) -> int:
+        """Replace model and vectors in one step (staged vectors already in place); ``also`` runs
+        in that step's transaction."""
         # The new model's passages first, while writes go on; then, after every write that
         # began with the old model has committed and before the next starts, what they added.
         self.fill_passages(embedder)
         with self.use.swapping():
             self.fill_passages(embedder)
-            count = reembed.swap(self.db, embedder, self._switch, progress)
+            count = reembed.swap(self.db, embedder, self._switch, progress, also)
             passages.keep_only(self.db, [embedder.fingerprint])
             self._passages_made_as(embedder)
             return count

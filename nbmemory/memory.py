@@ -406,12 +406,10 @@ class Memory:
         Searches keep using the old model and vectors until the swap. Returns the live items.
         """
         chosen = versions.usable(self.db, version)
-        count = self._reembed(
-            load_for_store(self.db, self.settings.model, self.settings.device, version=chosen)
-        )
-        with self.db.transaction():
-            versions.set_active(self.db, version)
-        return count
+        embedder = load_for_store(self.db, self.settings.model, self.settings.device, version=chosen)
+        # Active in the swap's own transaction: a kill leaves the old version with its vectors
+        # or the new one with its.
+        return self._model.reembed(embedder, also=lambda: versions.set_active(self.db, version))
 
     def tune(self, options: Any = None, progress: Callable[[str, float], None] | None = None) -> Any:
         """Mine triples from this memory, fine-tune the model, and adopt it only if the gate agrees.

@@ -92,8 +92,12 @@ def swap(
     embedder: Embedder,
     on_swapped: Callable[[Embedder], None],
     progress: Progress | None = None,
+    also: Callable[[], None] | None = None,
 ) -> int:
     """Stage what was written meanwhile, then swap the staged vectors in, in one transaction.
+
+    ``also`` runs inside that transaction (a model version made active with its vectors: a
+    kill leaves both or neither).
 
     The database lock is held from the last catch-up to the swap, and ``on_swapped`` (which
     switches the caller's embedder) runs in the same step, so a search uses the old model with
@@ -122,6 +126,8 @@ def swap(
             db.set_meta("model_fingerprint", embedder.fingerprint)
             db.set_meta("model_name", embedder.name)
             db.set_meta("model_dim", embedder.dim)
+            if also is not None:
+                also()
         db.rebuilds += 1  # every vector changed
         on_swapped(embedder)
         vectors.create_index(db)

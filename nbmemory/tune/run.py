@@ -38,6 +38,8 @@ from nbmemory.tune.thresholds import carry_over
 from nbmemory.tune.train import TrainConfig, TrainReport, train_model
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nbmemory.config import Settings
     from nbmemory.embed.base import Embedder
     from nbmemory.search.config import PipelineConfig
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
 #: with titles, -0.009 with first sentences, same budget): see the README's measurements.
 DEFAULT_SOURCES = ("title", "log")
 Progress = Callable[[str, float], None]
+#: ``adopt(candidate, also=fn)``: swap the candidate's staged vectors in, running ``fn`` in the
+#: swap's transaction (:meth:`nbmemory.active_model.ActiveModel.swap`).
+Adopt = Callable[..., int]
 """``progress(phase, fraction)`` with phase ``mining``, ``training``, ``embedding``, ``gate``."""
 
 
@@ -143,7 +148,7 @@ def tune_memory(
     current: Embedder,
     settings: Settings,
     config: PipelineConfig,
-    adopt: Callable[[Embedder], int],
+    adopt: Adopt,
     options: TuneOptions | None = None,
     progress: Progress | None = None,
 ) -> TuneReport:
@@ -235,24 +240,11 @@ def tune_memory(
         "mining": mining.to_dict(),
         "training": training.to_dict(),
     }
-    base_model = settings.model
     if decision.adopt:
         t0 = time.perf_counter()
         # Before the swap: a search right after it already reads the candidate's tiers.
         carry_over(current, candidate, [q.text for q in mining.held_out], live[1], staged[1])
-        adopt(candidate)
-        with db.transaction():
-            versions.record(
-                db,
-                version,
-                str(out),
-                status="adopted",
-                base_model=base_model,
-                fingerprint=candidate.fingerprint,
-                scores=record,
-                note=decision.reason,
-            )
-            versions.set_active(db, version)
+        adopt_version(db, adopt, candidate, version, out, settings.model, record, decision.reason)
         seconds["swap"] = time.perf_counter() - t0
     else:
         reembed.drop_staging(db)
@@ -263,10 +255,39 @@ def tune_memory(
                 version,
                 str(out),
                 status="refused",
-                base_model=base_model,
+                base_model=settings.model,
                 fingerprint=candidate.fingerprint,
                 scores=record,
                 note=decision.reason,
             )
     say("done", 1.0)
     return TuneReport(version, decision.adopt, decision.reason, mining, training, decision, scores, seconds)
+
+
+def adopt_version(
+    db: Database,
+    adopt: Adopt,
+    candidate: Embedder,
+    version: str,
+    out: Path,
+    base_model: str,
+    scores: dict[str, Any],
+    note: str,
+) -> None:
+    """Swap the staged vectors of ``candidate`` in and record it as the active ``version``, in
+    one transaction: a kill leaves the memory on the old model and version or on the new ones."""
+
+    def record() -> None:
+        versions.record(
+            db,
+            version,
+            str(out),
+            status="adopted",
+            base_model=base_model,
+            fingerprint=candidate.fingerprint,
+            scores=scores,
+            note=note,
+        )
+        versions.set_active(db, version)
+
+    adopt(candidate, also=record)

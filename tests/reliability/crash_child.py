@@ -38,6 +38,9 @@ from nbmemory.ingest.redact import redact
 from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database
 
+#: How long a workload waits for the change queue to take a batch before it gives up.
+CHILD_WAIT_S = 20.0
+
 WORDS = [
     "alpha",
     "bravo",
@@ -84,6 +87,8 @@ SQL_MARKS = (
     ("hnsw_compact_index", "hnsw-compact"),
     ("INSERT INTO vectors_new", "reembed-batch"),
     ("RENAME TO vectors", "reembed-swap"),
+    ("INSERT INTO passages", "passages-insert"),
+    ("INSERT INTO model_versions", "version-record"),
 )
 
 
@@ -188,6 +193,14 @@ class Child:
         )
         return f"{token} {words}{extra}"
 
+    def prose(self, token: str) -> str:
+        """Several sentences, well past one passage window (``ingest.windows.WINDOW_CHARS``)."""
+        sentences = [
+            " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(8, 16))).capitalize() + "."
+            for _ in range(self.rng.randint(8, 14))
+        ]
+        return f"{token} " + " ".join(sentences)
+
     # -- acknowledged operations ------------------------------------------------------------
     def remember(self) -> None:
         token = self.token()
@@ -196,8 +209,8 @@ class Child:
         emit("ack", {"op": "put", "id": item.id, "text": item.text})
         self.live.append(item.id)
 
-    def remember_many(self, count: int, batch_size: int = 512) -> None:
-        texts = [self.text(self.token()) for _ in range(count)]
+    def remember_many(self, count: int, batch_size: int = 512, long: bool = False) -> None:
+        texts = [(self.prose if long else self.text)(self.token()) for _ in range(count)]
         self.mark("op:remember_many")
         ids = self.mem.remember_many(texts, batch_size=batch_size)
         for item_id, text in zip(ids, texts, strict=True):
@@ -269,41 +282,166 @@ class Child:
         docs = Path(self.spec["docs"])
         docs.mkdir(parents=True, exist_ok=True)
         while True:
-            for _ in range(self.rng.randint(1, 5)):
-                self.new_file(docs)
-            files = sorted(p for p in docs.iterdir() if p.is_file() and not p.name.startswith("."))
-            for path in self.rng.sample(files, min(len(files), self.rng.randint(0, 3))):
-                self.append_file(path)
-            deleted = []
-            if files and self.rng.random() < 0.3:
-                victim = self.rng.choice(files)
-                emit("intent", {"op": "unlink", "path": str(victim)})
-                victim.unlink()
-                deleted.append(str(victim))
+            deleted = self.change_files(docs)
             self.mark("op:index")
             report = self.mem.index(docs)
             if report.skipped:
                 raise RuntimeError(f"files skipped: {report.skipped}")
-            for path in sorted(p for p in docs.iterdir() if p.is_file() and not p.name.startswith(".")):
-                emit("ack", {"op": "file", "path": str(path), "tokens": file_tokens(path)})
-            for path_name in deleted:
-                emit("ack", {"op": "unlink", "path": path_name})
+            self.ack_files(docs, deleted)
 
-    def new_file(self, docs: Path) -> None:
+    def change_files(self, docs: Path, long: bool = False) -> list[str]:
+        """New files, appends to some, now and then a deletion (announced as an intent)."""
+        for _ in range(self.rng.randint(1, 5)):
+            self.new_file(docs, long)
+        files = sorted(p for p in docs.iterdir() if p.is_file() and not p.name.startswith("."))
+        for path in self.rng.sample(files, min(len(files), self.rng.randint(0, 3))):
+            self.append_file(path)
+        deleted = []
+        if files and self.rng.random() < 0.3:
+            victim = self.rng.choice(files)
+            emit("intent", {"op": "unlink", "path": str(victim)})
+            victim.unlink()
+            deleted.append(str(victim))
+        return deleted
+
+    def ack_files(self, docs: Path, deleted: list[str]) -> None:
+        for path in sorted(p for p in docs.iterdir() if p.is_file() and not p.name.startswith(".")):
+            emit("ack", {"op": "file", "path": str(path), "tokens": file_tokens(path)})
+        for path_name in deleted:
+            emit("ack", {"op": "unlink", "path": path_name})
+
+    def phase_passages(self) -> None:
+        # Passage vectors are written after the chunks' own transaction, in small batches here:
+        # kills land between a chunk's commit and its passages, and inside a batch of them.
+        from nbmemory.ingest import indexer
+        from nbmemory.store import passages
+
+        indexer.BATCH_CHUNKS = 8
+        passages.BATCH = 4
+        docs = Path(self.spec["docs"])
+        docs.mkdir(parents=True, exist_ok=True)
+        while True:
+            if self.rng.random() < 0.4:
+                self.remember_many(self.rng.randint(3, 20), batch_size=8, long=True)
+                continue
+            deleted = self.change_files(docs, long=True)
+            self.mark("op:index")
+            report = self.mem.index(docs)
+            if report.skipped:
+                raise RuntimeError(f"files skipped: {report.skipped}")
+            self.ack_files(docs, deleted)
+
+    def phase_hot(self) -> None:
+        # The memory-resident index (on in this child): built in a background thread at the first
+        # search, kept in step by every write, built again after a bulk change.
+        from nbmemory.store import hot
+
+        while True:
+            roll = self.rng.random()
+            if roll < 0.25:
+                self.remember_many(self.rng.choice([5, 40, 200]), batch_size=64)
+            elif roll < 0.35 and self.live:
+                self.forget(self.rng.randint(1, 20))
+            elif roll < 0.45 and self.live:
+                self.update()
+            elif roll < 0.5:
+                self.mark("op:hot-reset")
+                hot.reset(self.mem.db)  # the next search builds it again, in the background
+            elif roll < 0.7:
+                self.remember()
+            else:
+                self.search()
+
+    def phase_queue(self) -> None:
+        # The live-memory change queue indexes what it is told changed, in debounced slices.
+        from nbmemory.live import ChangeQueue
+
+        docs = Path(self.spec["docs"])
+        docs.mkdir(parents=True, exist_ok=True)
+        self.mem.index(docs)  # the folder becomes a root the queue keeps current
+        queue = ChangeQueue(self.mem, source="watch", quiet=0.02, max_wait=0.3, slice_files=3)
+        while True:
+            before = {str(p) for p in docs.iterdir()}
+            deleted = self.change_files(docs)
+            after = {str(p) for p in docs.iterdir()}
+            changed = [(p, False) for p in sorted(after)] + [(p, True) for p in sorted(before - after)]
+            self.mark("op:queue")
+            queue.put_many(self.rng.sample(changed, len(changed)))
+            if not queue.wait_idle(CHILD_WAIT_S):
+                raise RuntimeError("the change queue did not finish in time")
+            status = queue.status()
+            if status["failures"] or status["error"]:
+                raise RuntimeError(f"the change queue failed: {status['failures']} {status['error']}")
+            self.ack_files(docs, deleted)
+
+    def phase_owner(self) -> None:
+        # This process owns the file and serves it on its socket, as a kernel does; the workload
+        # runs as the owner's client, so every write is a request the owner is in the middle of.
+        from nbmemory.remote.owner import OwnerServer
+        from nbmemory.remote.shared import SharedMemory
+
+        owner = self.mem
+        server = OwnerServer(owner, threading.RLock())
+        client = SharedMemory(owner.settings, {}, allow_owner=False)  # type: ignore[abstract]
+        self.mem = client  # type: ignore[assignment]
+        try:
+            while True:
+                roll = self.rng.random()
+                if roll < 0.1 and self.live:
+                    self.update()
+                elif roll < 0.2 and self.live:
+                    self.forget(self.rng.randint(1, 5))
+                elif roll < 0.3:
+                    self.remember_many(self.rng.choice([3, 30]), batch_size=16)
+                elif roll < 0.4:
+                    self.search()
+                else:
+                    self.remember()
+        finally:
+            server.close()
+
+    def phase_adopt(self) -> None:
+        # A tuned model's adoption (nbmemory.tune.run.adopt_version): vectors staged for the
+        # candidate, swapped in, then its version recorded as active. A fake candidate stands in
+        # for the trained one: training writes nothing to the memory.
+        from nbmemory.store import reembed
+        from nbmemory.tune import versions
+        from nbmemory.tune.run import adopt_version
+
+        if len(self.live) < 400:
+            self.remember_many(400 - len(self.live), batch_size=128)
+        db = self.mem.db
+        while True:
+            other = "b" if self.tag == "a" else "a"
+            candidate = FakeEmbedder(dim=self.dim, tag=other)
+            versions.with_base(db)
+            version = versions.next_version(db)
+            out = versions.models_dir(self.path) / version
+            out.mkdir(parents=True, exist_ok=True)
+            self.mark("op:stage")
+            reembed.stage(db, candidate, None)
+            emit("intent", {"op": "model", "tag": other})
+            self.mark("op:adopt")
+            adopt_version(db, self.mem._model.swap, candidate, version, out, "fake-base", {}, "crash test")
+            emit("ack", {"op": "model", "tag": other, "version": version})
+            self.tag = other
+            for _ in range(self.rng.randint(1, 3)):
+                self.remember()
+
+    def new_file(self, docs: Path, long: bool = False) -> None:
         token = self.token()
+        body = (self.prose if long else self.text)(token)
         kind = self.rng.choice(["md", "txt", "py", "ipynb"])
         path = docs / f"{token}.{kind}"
         if kind == "ipynb":
-            cells = [
-                {"cell_type": "markdown", "metadata": {}, "source": f"# Notes {token}\n\n{self.text(token)}"}
-            ]
+            cells = [{"cell_type": "markdown", "metadata": {}, "source": f"# Notes {token}\n\n{body}"}]
             write_atomic(
                 path, json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
             )
         elif kind == "py":
-            write_atomic(path, f"# {self.text(token)}\ndef f_{token}():\n    return {self.serial}\n")
+            write_atomic(path, f"# {body}\ndef f_{token}():\n    return {self.serial}\n")
         else:
-            write_atomic(path, f"# Notes {token}\n\n{self.text(token)}\n")
+            write_atomic(path, f"# Notes {token}\n\n{body}\n")
 
     def append_file(self, path: Path) -> None:
         token = self.token()
@@ -426,6 +564,10 @@ def file_tokens(path: Path) -> list[str]:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    if spec["phase"] == "hot":
+        from nbmemory.store import hot
+
+        hot.ENABLED = True  # whatever the harness's environment says: this workload is about it
     marks = Marks(os.environ.get("NBMEMORY_CRASH_AT"))
     install(marks)
     child = Child(spec, marks)

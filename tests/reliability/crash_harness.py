@@ -1,8 +1,9 @@
 """Kill a process that writes to a memory file, many times, and check what survives.
 
 Each run starts :mod:`tests.reliability.crash_child` on one of a few memory files with a workload
-(a *phase*: remember, remember_many, forget, index, reembed, fts, hnsw, checkpoint, wal), SIGKILLs
-it at a random point, then reopens the file in this process and checks:
+(a *phase*: remember, remember_many, forget, index, reembed, fts, hnsw, checkpoint, wal, passages,
+hot, queue, owner, adopt), SIGKILLs it at a random point, then reopens the file in this process
+and checks:
 
 * the store opens (a write-ahead log left behind is replayed: ``Database`` loads vss before ATTACH);
 * ``doctor()`` passes, or fails only on derived indexes (HNSW, full-text, a half-written re-embed)
@@ -13,7 +14,13 @@ it at a random point, then reopens the file in this process and checks:
   table: a scan of the whole graph returns exactly the stored vectors, an item's own vector finds
   it, and HNSW top-k equals the exact scan's top-k; every stored vector is the embedding of the
   item's current text (nothing stale after an update or a re-embed);
-* for the index phase, indexing the folder again makes the store match the files on disk.
+* for the phases that index a folder (index, passages, queue), indexing it again makes the store
+  match the files on disk;
+* every chunk of prose has its passage vectors, and they are the embeddings of its windows;
+* an active tuned model version always has its vectors in place (adopt); a killed change queue is
+  not reported as watching (queue);
+* searches rank exactly as they do once every derived index (vector index, passages, the
+  memory-resident index) is rebuilt from the tables.
 
 A kill is placed by time (a random delay after the child is ready) or by name: the child kills
 itself a random few milliseconds after the N-th ``mark NAME`` (``commit``, ``checkpoint``,
@@ -46,11 +53,30 @@ from typing import Any
 
 import numpy as np
 
+from tests.reliability.crash_child import WORDS
+
 REPO = Path(__file__).resolve().parents[2]
-PHASES = ("remember", "remember_many", "forget", "index", "reembed", "fts", "hnsw", "checkpoint", "wal")
+PHASES = (
+    "remember",
+    "remember_many",
+    "forget",
+    "index",
+    "reembed",
+    "fts",
+    "hnsw",
+    "checkpoint",
+    "wal",
+    "passages",
+    "hot",
+    "queue",
+    "owner",
+    "adopt",
+)
+#: Workloads that index a folder: their files are checked against the disk after a kill.
+FILE_PHASES = ("index", "passages", "queue")
 DIM = 48
 # doctor findings about data that is derived and rebuilt from the table (docs/architecture.md, note 2).
-DERIVED_CHECKS = {"vector index", "full-text index", "interrupted re-embed"}
+DERIVED_CHECKS = {"vector index", "full-text index", "interrupted re-embed", "passages"}
 # Named kill points per phase: (mark, highest N to draw, highest delay in ms to draw).
 KILL_POINTS: dict[str, list[tuple[str, int, float]]] = {
     "remember": [("commit", 60, 2), ("committed", 60, 0), ("op:update", 6, 1)],
@@ -67,9 +93,20 @@ KILL_POINTS: dict[str, list[tuple[str, int, float]]] = {
     "hnsw": [("hnsw-create", 6, 150), ("hnsw-drop", 6, 0), ("checkpoint", 4, 30), ("commit", 10, 2)],
     "checkpoint": [("checkpoint", 5, 60), ("commit", 12, 3), ("op:close", 3, 20)],
     "wal": [("wal-ready", 1, 0)],
+    "passages": [("passages-insert", 12, 3), ("commit", 30, 2), ("committed", 30, 0), ("op:index", 4, 150)],
+    "hot": [("op:search", 12, 30), ("op:hot-reset", 3, 60), ("commit", 40, 2), ("committed", 40, 0)],
+    "queue": [("op:queue", 6, 150), ("commit", 30, 3), ("committed", 30, 0)],
+    "owner": [("commit", 40, 2), ("committed", 40, 0), ("op:remember", 30, 1), ("op:forget", 4, 3)],
+    "adopt": [
+        ("op:adopt", 3, 20),
+        ("reembed-swap", 2, 2),
+        ("version-record", 2, 0),
+        ("reembed-batch", 6, 5),
+        ("committed", 20, 0),
+    ],
     "recovery": [("op:doctor", 1, 30), ("checkpoint", 1, 20), ("committed", 3, 0)],
 }
-TIMER_MAX_S = {"reembed": 4.0, "checkpoint": 4.0, "recovery": 1.2}
+TIMER_MAX_S = {"reembed": 4.0, "checkpoint": 4.0, "recovery": 1.2, "adopt": 4.0, "passages": 3.0}
 CHILD_DEADLINE_S = 30.0
 
 
@@ -113,6 +150,8 @@ class Summary:
     dead_entries: int = 0
     graph_scans: int = 0
     files_verified: int = 0
+    passages_checked: int = 0
+    rebuild_queries: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -124,7 +163,8 @@ class Summary:
             f"recoveries={self.recoveries} repairs={dict(self.repairs)} items_verified={self.items_verified} "
             f"tokens_searched={self.tokens_searched} vectors_checked={self.vectors_checked} "
             f"dead_hnsw_entries_seen={self.dead_entries} full_graph_scans={self.graph_scans} "
-            f"files_verified={self.files_verified} failures={len(self.failures)} seconds={self.seconds:.0f}"
+            f"files_verified={self.files_verified} passages_checked={self.passages_checked} "
+            f"rebuild_queries={self.rebuild_queries} failures={len(self.failures)} seconds={self.seconds:.0f}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,6 +183,8 @@ class Summary:
             "dead_hnsw_entries_seen": self.dead_entries,
             "full_graph_scans": self.graph_scans,
             "files_verified": self.files_verified,
+            "passages_checked": self.passages_checked,
+            "rebuild_queries": self.rebuild_queries,
             "failures": self.failures,
             "seconds": round(self.seconds, 1),
         }
@@ -377,7 +419,7 @@ class Verifier:
 
     def vectors(self, mem: Any, live: list[tuple[int, str]]) -> None:
         from nbmemory.store import chunks as chunk_rows
-        from nbmemory.store import vectors
+        from nbmemory.store import hot, vectors
 
         db = mem.db
         ids = [i for i, _ in live]
@@ -401,8 +443,8 @@ class Verifier:
         self.summary.vectors_checked += len(rows)
 
         total = int(db.scalar("SELECT count(*) FROM vectors"))
-        if total == 0:
-            return
+        if total == 0 or hot.ENABLED:
+            return  # the memory-resident index serves without the HNSW index
         if not vectors.index_exists(db):
             self.fail("no HNSW index over a non-empty vectors table after repair")
             return
@@ -499,6 +541,82 @@ class Verifier:
         store.pending_unlink.clear()
         self.summary.files_verified += len(on_disk)
 
+    def passages(self, mem: Any) -> None:
+        """Every chunk of prose has its window vectors, and they embed its windows' text."""
+        from nbmemory.store import passages
+
+        db = mem.db
+        fingerprint = db.get_meta("model_fingerprint")
+        if fingerprint is None:
+            return
+        lacking = passages.missing(db, fingerprint)
+        if lacking:
+            self.fail(f"{len(lacking)} chunks of prose lack passages after repair")
+        rows = db.fetchall(
+            "SELECT content_hash, heading, text, kind FROM chunks WHERE deleted_at IS NULL ORDER BY id"
+        )
+        planned = [(r[0], passages.texts_of(r[1] or "", r[2], r[3])) for r in rows]
+        planned = [(h, texts) for h, texts in planned if len(texts) >= 2]
+        sample = self.rng.sample(planned, min(len(planned), 25))
+        stored = passages.vectors_of(db, fingerprint, [h for h, _ in sample])
+        for digest, texts in sample:
+            got = stored.get(digest)
+            want = mem.embedder.embed_documents(texts)
+            if got is None or got.shape != want.shape or not np.allclose(got, want, atol=1e-5):
+                self.fail(f"passages of chunk {digest[:12]} are not the embeddings of its windows")
+        self.summary.passages_checked += len(sample)
+
+    def versions(self, mem: Any) -> None:
+        """An active tuned version always has its vectors in place."""
+        from nbmemory.tune import versions
+
+        active = versions.active(mem.db)
+        stored = mem.db.get_meta("model_fingerprint")
+        if active is not None and active.status == "adopted" and active.fingerprint != stored:
+            self.fail(f"version {active.version} is active ({active.fingerprint}) over vectors of {stored}")
+
+    def queue_status(self) -> None:
+        """A killed queue's status file names no live watcher."""
+        from nbmemory import live
+
+        alive = [w for w in live.watchers(self.store.path) if w.get("pid") != os.getpid()]
+        if alive:
+            self.fail(f"a killed change queue is still reported as watching: {alive}")
+
+    def same_as_rebuilt(self, mem: Any, live: list[tuple[int, str]]) -> None:
+        """Searches give what they give once every derived index is rebuilt from the tables.
+
+        The full-text snapshot is rebuilt first: between snapshots, BM25 scores what was written
+        since with the snapshot's statistics (:mod:`nbmemory.store.fts`), so a fresh one shifts
+        scores by design, crash or not; what it holds is checked by :meth:`bm25`.
+        """
+        from nbmemory.store import fts, hot, passages, vectors
+
+        db = mem.db
+        fts.rebuild(db)
+        words = [token_of(t) for _, t in self.rng.sample(live, min(len(live), 6))]
+        queries = words + [" ".join(self.rng.sample(WORDS, 2)) for _ in range(6)]
+
+        def ranked() -> list[list[tuple[int, float]]]:
+            return [[(h.id, round(h.score, 6)) for h in mem.search(q, k=10, log=False).hits] for q in queries]
+
+        before = ranked()
+        with db.lock:
+            if vectors.index_exists(db):
+                vectors.rebuild_index(db)
+            with db.transaction():
+                db.execute("DELETE FROM passages")
+            db.passage_cache.clear()
+        fingerprint = db.get_meta("model_fingerprint")
+        if fingerprint is not None:
+            passages.fill(db, mem.embedder, passages.missing(db, fingerprint))
+        hot.reset(db)
+        after = ranked()
+        for query, a, b in zip(queries, before, after, strict=True):
+            if a != b:
+                self.fail(f"search {query!r} differs from a rebuilt memory's: {a[:4]} vs {b[:4]}")
+        self.summary.rebuild_queries += len(queries)
+
 
 def uses_hnsw(db: Any, sql: str, params: list[Any]) -> bool:
     return "HNSW_INDEX_SCAN" in "".join(str(r[1]) for r in db.fetchall("EXPLAIN " + sql, params))
@@ -510,9 +628,21 @@ def _file_tokens(path: Path) -> list[str]:
 
 def verify(store: Store, summary: Summary, run: int, rng: random.Random) -> list[str]:
     """Reopen ``store`` after a kill and check it; returns the problems found."""
-    from nbmemory.errors import NbMemoryError
+    from nbmemory.store import hot
 
     checker = Verifier(store, summary, run, rng)
+    serving = hot.ENABLED
+    # The hot workload is checked as it serves: through the memory-resident index.
+    hot.ENABLED = serving or store.phase == "hot"
+    try:
+        return _verify(checker, store, summary)
+    finally:
+        hot.ENABLED = serving
+
+
+def _verify(checker: Verifier, store: Store, summary: Summary) -> list[str]:
+    from nbmemory.errors import NbMemoryError
+
     wal = Path(f"{store.path}.wal")
     if wal.exists() and wal.stat().st_size > 0:
         summary.wal_replays += 1
@@ -526,8 +656,14 @@ def verify(store: Store, summary: Summary, run: int, rng: random.Random) -> list
         checker.bm25(mem, live)
         if mem.db.table_exists("vectors"):
             checker.vectors(mem, live)
-        if store.phase == "index":
+        if store.phase in FILE_PHASES:
             checker.files(mem)
+        checker.passages(mem)
+        if store.phase == "adopt":
+            checker.versions(mem)
+        if store.phase == "queue":
+            checker.queue_status()
+        checker.same_as_rebuilt(mem, live)
     except Exception as exc:  # a crash of the checks is a failure to report, not to hide
         checker.fail(f"verification raised {type(exc).__name__}: {exc}")
     finally:

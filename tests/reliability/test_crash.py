@@ -3,7 +3,9 @@
 The harness (``tests/reliability/crash_harness.py``) says what is checked after each kill. The
 default run kills one child per workload at points picked to land in the risky windows (a WAL
 left behind, HNSW persistence at CHECKPOINT, an HNSW rebuild, a re-embed, an FTS rebuild, a bulk
-load with the index dropped); the slow run draws 60 kills at random:
+load with the index dropped, passages written after their chunks, the memory-resident index
+building, the change queue mid-batch, the owner mid-request, a tuned model's adoption); the slow
+run draws 210 kills at random (15 per workload):
 
     make test-slow                      # or: pytest -m slow tests/reliability/test_crash.py -s
     python -m tests.reliability.crash_harness --runs 50 --seed 1 -v   # standalone, prints JSON figures
@@ -46,6 +48,12 @@ CI_PLAN: list[tuple[str, Kill, Kill | None]] = [
     ("remember_many", Kill("mark", "hnsw-drop:1:0"), None),  # a bulk load with the index dropped
     ("index", Kill("timer", delay_s=1.2), None),
     ("forget", Kill("timer", delay_s=1.0), None),
+    ("passages", Kill("mark", "passages-insert:2:1"), None),  # chunks committed, passages not all
+    ("hot", Kill("mark", "op:search:3:20"), None),  # the memory-resident index building
+    ("queue", Kill("mark", "op:queue:2:40"), None),  # the change queue mid-batch
+    ("owner", Kill("mark", "commit:10:1"), None),  # the owner mid-request
+    # A tuned model's adoption: inside the swap with its version record, then in recovery.
+    ("adopt", Kill("mark", "reembed-swap:1:0"), Kill("mark", "op:doctor:1:5")),
 ]
 
 
@@ -60,7 +68,7 @@ def test_a_kill_in_every_workload_loses_nothing_acknowledged(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_random_kills_many_times(tmp_path: Path) -> None:
-    runs = int(os.environ.get("NBMEMORY_CRASH_RUNS", "60"))
+    runs = int(os.environ.get("NBMEMORY_CRASH_RUNS", "210"))
     seed = int(os.environ.get("NBMEMORY_CRASH_SEED", "1"))
     summary = run_campaign(runs, seed=seed, workdir=tmp_path, log=lambda m: print(m, flush=True))
     print(summary.line())
