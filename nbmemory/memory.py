@@ -87,7 +87,7 @@ class Memory:
         self.on_model_change = on_model_change
         self.show_progress = progress
         self.pipeline_config = pipeline or PipelineConfig(rrf_k=settings.rrf_k)
-        self.db = Database(settings.db_path)
+        self.db = Database(settings.db_path, own_folder=settings.own_folder)
         #: The model, checked against the file's; writes share it, a swap (a background ``tune``)
         #: holds it alone, so a write never stores a vector of a model just replaced.
         self._model = ActiveModel(self.db, settings, embedder, on_model_change, self._log, progress)
