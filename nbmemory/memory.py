@@ -8,6 +8,7 @@ their docstrings, in :class:`nbmemory.api.MemoryAPI`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -146,8 +147,10 @@ class Memory:
             )
             report = indexer.run(paths, namespace or self.settings.namespace)
         for folder in (Path(p).expanduser().absolute() for p in paths):
-            if folder.is_dir():
-                root_rows.add(self.db, folder, namespace or self.settings.namespace)
+            # A name too long for the system raises here; the report says it was skipped.
+            with contextlib.suppress(OSError):
+                if folder.is_dir():
+                    root_rows.add(self.db, folder, namespace or self.settings.namespace)
         self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
         if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
             # Measured here (about a second) rather than by the first search without a clear answer.
