@@ -6,11 +6,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbmemory import private
 from nbmemory.errors import ConfigError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_NAMESPACE = "default"
 DB_FILENAME = "memory.duckdb"
+#: The bearer token of ``nbmemory mcp --http``, beside the memory file (:mod:`nbmemory.mcp.auth`).
+MCP_TOKEN_FILENAME = "mcp-token"
 DEFAULT_IDLE_SECONDS = 600.0
 
 
@@ -35,6 +38,34 @@ def cache_home() -> Path:
     ``$NBMEMORY_CACHE`` or ``~/.cache/nbmemory``."""
     raw = os.environ.get("NBMEMORY_CACHE")
     return Path(raw).expanduser() if raw else Path.home() / ".cache" / "nbmemory"
+
+
+def cache_folder(*parts: str) -> Path:
+    """``cache_home() / parts``, created owner-only: the cache holds vectors of the user's text,
+    stores built from it and exports of models tuned on it. A cache home that others can enter
+    is made 0700, with one warning line saying so."""
+    home = cache_home()
+    private.make_dir(home)
+    private.narrow_all([home], f"the nbmemory cache {home}")
+    return private.make_dir(home.joinpath(*parts))
+
+
+def models_dir(db_path: str | os.PathLike[str]) -> Path:
+    """Where the tuned models of the memory file ``db_path`` are kept (:mod:`nbmemory.tune.versions`)."""
+    path = Path(db_path).expanduser()
+    return path.parent / "models" / path.stem
+
+
+def memory_paths(db_path: Path, own_folder: bool) -> list[Path]:
+    """What of the memory file ``db_path`` is kept owner-only on open (:mod:`nbmemory.private`):
+    the file, its write-ahead log, the MCP token beside it, its tuned models' folder, and its
+    folder when that is nbmemory's own (``own_folder``: :attr:`Settings.own_folder`).
+
+    A folder a user chose for the file (a shared project folder) is theirs to set: nbmemory
+    makes it 0700 only when it creates it, and never narrows it later.
+    """
+    paths = [db_path, Path(f"{db_path}.wal"), db_path.parent / MCP_TOKEN_FILENAME, models_dir(db_path)]
+    return [db_path.parent, *paths] if own_folder else paths
 
 
 def set_torch_threads(threads: int | None) -> None:
@@ -126,3 +157,10 @@ class Settings:
     def db_path(self) -> Path:
         assert self.path is not None  # set in __post_init__
         return self.path
+
+    @property
+    def own_folder(self) -> bool:
+        """Whether the memory file's folder is nbmemory's own, the memory home
+        (``NBMEMORY_HOME`` or ``~/.nbmemory``), kept owner-only like the file. A file placed in
+        another folder leaves that folder's mode to its user (see ``nbmemory.private``)."""
+        return self.db_path.parent.absolute() == self.home.absolute()

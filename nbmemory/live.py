@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbmemory import private
 from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import kind_of
 from nbmemory.remote.paths import alive, endpoint
@@ -255,7 +256,7 @@ class ChangeQueue:
         self._published = time.monotonic()
         tmp = self._status_file.with_suffix(f".{threading.get_ident()}.tmp")
         try:
-            tmp.write_text(json.dumps(self.status()))
+            private.write_text(tmp, json.dumps(self.status()))
             os.replace(tmp, self._status_file)
         except OSError:
             pass  # the status is a courtesy: indexing goes on without it
@@ -464,7 +465,7 @@ def watch(
 def status_folder(db_path: str | os.PathLike[str]) -> Path:
     """The private folder where the live indexers of ``db_path`` publish their status."""
     folder = endpoint(Path(db_path))[1].with_suffix(".live")
-    folder.mkdir(mode=0o700, exist_ok=True)
+    private.make_dir(folder)
     return folder
 
 

@@ -8,6 +8,7 @@ their docstrings, in :class:`nbmemory.api.MemoryAPI`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -87,7 +88,7 @@ class Memory:
         self.on_model_change = on_model_change
         self.show_progress = progress
         self.pipeline_config = pipeline or PipelineConfig(rrf_k=settings.rrf_k)
-        self.db = Database(settings.db_path)
+        self.db = Database(settings.db_path, own_folder=settings.own_folder)
         #: The model, checked against the file's; writes share it, a swap (a background ``tune``)
         #: holds it alone, so a write never stores a vector of a model just replaced.
         self._model = ActiveModel(self.db, settings, embedder, on_model_change, self._log, progress)
@@ -146,8 +147,10 @@ class Memory:
             )
             report = indexer.run(paths, namespace or self.settings.namespace)
         for folder in (Path(p).expanduser().absolute() for p in paths):
-            if folder.is_dir():
-                root_rows.add(self.db, folder, namespace or self.settings.namespace)
+            # A name too long for the system raises here; the report says it was skipped.
+            with contextlib.suppress(OSError):
+                if folder.is_dir():
+                    root_rows.add(self.db, folder, namespace or self.settings.namespace)
         self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
         if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
             # Measured here (about a second) rather than by the first search without a clear answer.

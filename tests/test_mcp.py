@@ -25,7 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult
 
 from nbmemory import Memory
@@ -509,7 +511,8 @@ def free_port() -> int:
 @pytest.mark.integration
 def test_streamable_http_on_localhost(db: Path, tmp_path: Path) -> None:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    token = "a-test-token-for-this-server"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "NBMEMORY_MCP_TOKEN": token}
     argv = [sys.executable, "-c", LAUNCHER, "--db", str(db), "mcp", "--http", str(port), "--read-only"]
     with (tmp_path / "log").open("w") as log:
         process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log)
@@ -523,7 +526,9 @@ def test_streamable_http_on_localhost(db: Path, tmp_path: Path) -> None:
             time.sleep(0.2)
 
         async def test() -> None:
-            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            # The token goes in a header (tests/test_mcp_auth.py: without it, 401).
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            async with Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
                 assert {t.name for t in (await client.list_tools()).tools} == TOOLS
                 assert data(await client.call_tool("search", {"query": "kafka lag"}))["hits"]
                 assert "read-only" in error(await client.call_tool("remember", {"text": "x"}))

@@ -61,6 +61,7 @@ FRONT_END_MAY_IMPORT = (
     "nbmemory.errors",
     "nbmemory.items",
     "nbmemory.config",
+    "nbmemory.private",
     "nbmemory.safety",
     "nbmemory.own_output",
     "nbmemory.progress",

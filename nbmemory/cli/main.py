@@ -416,7 +416,26 @@ def cmd_models(args: argparse.Namespace) -> int:
         "--http",
         type=int,
         metavar="PORT",
-        help="serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio",
+        help=(
+            "serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio; every request must send "
+            "the header 'Authorization: Bearer TOKEN' (see --show-token)"
+        ),
+    ),
+    Option(
+        "--show-token",
+        action="store_true",
+        help="print the token --http requires (generated and stored 0600 on first use) and exit",
+    ),
+    Option(
+        "--token-file",
+        metavar="FILE",
+        help="where the --http token is kept (default: mcp-token beside the memory file); "
+        "$NBMEMORY_MCP_TOKEN, when set, is the token instead",
+    ),
+    Option(
+        "--no-auth",
+        action="store_true",
+        help="with --http: require no token (any process of any user on this machine can then call it)",
     ),
     Option(
         "--namespace", "--ns", help="confine the server to this namespace: it reads and writes nothing else"
@@ -430,14 +449,43 @@ def cmd_models(args: argparse.Namespace) -> int:
     ),
 )
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from nbmemory.mcp import Policy, serve
+    from pathlib import Path
 
+    from nbmemory.config import MCP_TOKEN_FILENAME
+    from nbmemory.mcp import Policy, serve
+    from nbmemory.mcp.auth import load_token
+
+    if args.no_auth and (args.http is None or args.show_token):
+        raise NbMemoryError("--no-auth applies to --http only (stdio needs no token)")
+    token_file = (
+        Path(args.token_file) if args.token_file else _settings(args).db_path.parent / MCP_TOKEN_FILENAME
+    )
+    if args.show_token:
+        print(load_token(token_file).value)
+        return 0
     policy = Policy.create(namespace=args.namespace, read_only=args.read_only, roots=args.root or ())
+    token = None
+    if args.http is not None and args.no_auth:
+        print(
+            f"warning: --no-auth: the MCP server on 127.0.0.1:{args.http} takes requests from any "
+            "process of any user on this machine, with your memory's rights",
+            file=sys.stderr,
+        )
+    elif args.http is not None:
+        loaded = load_token(token_file)
+        token = loaded.value
+        if loaded.generated:
+            # Shown this once; `nbmemory mcp --show-token` prints it again.
+            print(
+                f"nbmemory: generated the MCP token, stored in {loaded.source} (0600): {token}\n"
+                f"nbmemory: clients send the header 'Authorization: Bearer {token}'",
+                file=sys.stderr,
+            )
     # No progress bars: an agent's client logs stderr, it does not show it.
     quiet = argparse.Namespace(**{**vars(args), "quiet": True})
     # A long-lived server owns the memory itself (or is the client of its owner): no detached
     # owner is left behind when the agent's session ends.
-    serve(lambda: _memory(quiet, background=False), policy, http_port=args.http)
+    serve(lambda: _memory(quiet, background=False), policy, http_port=args.http, token=token)
     return 0
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from nbmemory.config import cache_home
+from nbmemory import private
+from nbmemory.config import cache_folder
 
 #: Largest difference from sentence-transformers' vector, on any probe, for the export to be used.
 TOLERANCE = 1e-5
@@ -38,7 +39,7 @@ PROBES = (
 
 
 def _cache_dir() -> Path:
-    return cache_home() / "onnx"
+    return cache_folder("onnx")
 
 
 def prune_exports(folder: Path, keep: Path, count: int = KEEP_EXPORTS) -> list[Path]:
@@ -139,7 +140,8 @@ class OnnxQueryEncoder:
             features.get(name, torch.zeros_like(features["input_ids"]))
             for name in ("input_ids", "attention_mask", "token_type_ids")
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.make_dir(path.parent)
+        # mkstemp makes the file 0600; the export writes into it.
         handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
         os.close(handle)
         try:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nbmemory.config import cache_home
+from nbmemory import private
+from nbmemory.config import cache_folder
 from nbmemory.embed.base import Embedder, EmbedderProxy, ProgressFn
 
 #: Texts embedded (and written to the cache) per block.
@@ -31,7 +32,7 @@ BLOCK = 1024
 
 def cache_root() -> Path:
     """``$NBMEMORY_CACHE/eval``, or ``~/.cache/nbmemory/eval`` when it is unset."""
-    return cache_home() / "eval"
+    return cache_folder("eval")
 
 
 def text_key(text: str) -> bytes:
@@ -93,12 +94,13 @@ class VectorCache:
 
     def put(self, keys: Sequence[bytes], vecs: np.ndarray) -> None:
         """Write one block (atomically) and index it."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private.make_dir(self.dir)
         raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
         name = f"block-{time.time_ns()}-{os.getpid()}"
         tmp = self.dir / f".{name}.tmp.npz"
-        np.savez(tmp, keys=raw, vecs=vecs)
+        with open(tmp, "wb", opener=private.opener) as fh:
+            np.savez(fh, keys=raw, vecs=vecs)
         os.replace(tmp, self.dir / f"{name}.npz")
         self._add(raw, vecs)
 

@@ -27,6 +27,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from nbmemory import private
 from nbmemory.eval.margins import wilson
 from nbmemory.jupyter.plots import use_offline_charts
 from nbmemory.search.reject import bundled_thresholds_path, load_thresholds, thresholds_path  # noqa: F401
@@ -401,6 +402,6 @@ def derive_thresholds(
 def save_thresholds(payload: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -> Path:
     """Write thresholds JSON (default :func:`thresholds_path` of the payload's fingerprint)."""
     target = Path(path) if path is not None else thresholds_path(str(payload["fingerprint"]))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    private.make_dir(target.parent)
+    private.write_text(target, json.dumps(payload, indent=2) + "\n")
     return target

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from nbmemory import private
 from nbmemory.config import set_torch_threads
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
@@ -441,7 +442,7 @@ def cached_store(
         More fields for the marker file.
     """
     stores = cache_root() / "stores"
-    stores.mkdir(parents=True, exist_ok=True)
+    private.make_dir(stores)
     final = stores / f"{name}-{key}.duckdb"
     marker = final.with_suffix(".json")
     if final.exists() and marker.exists():
@@ -473,7 +474,7 @@ def cached_store(
         **(meta or {}),
         "build_s": round(info.build_s, 2),
     }
-    marker.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    private.write_text(marker, json.dumps(record, indent=2))
     return info
 
 

@@ -129,6 +129,17 @@ def _file_type(mode: int) -> str:
     return "not a plain file"
 
 
+def _missing(path: Path) -> str | None:
+    """Why ``path``, named to be indexed, cannot be read; None when it exists."""
+    try:
+        if path.exists():
+            return None
+        # Path.exists() is False for a dangling link and for a symlink loop alike.
+        return "broken symlink or symlink loop" if path.is_symlink() else "no such file or folder"
+    except OSError as exc:  # a name longer than the system allows
+        return f"cannot be read: {exc.strerror}"
+
+
 class Indexer:
     """Indexes paths into ``db`` with ``embedder``.
 
@@ -160,14 +171,14 @@ class Indexer:
     def run(self, paths: Iterable[str | os.PathLike[str]], namespace: str) -> IndexReport:
         report = IndexReport()
         start = time.perf_counter()
-        roots = [Path(p).expanduser().absolute() for p in paths]
-        for root in roots:
-            if not root.exists():
-                # Path.exists() is False for a dangling link and for a symlink loop alike.
-                reason = "broken symlink or symlink loop" if root.is_symlink() else "no such file or folder"
-                report.skipped.append((shown_path(str(root)), reason))
-                self.log(f"skipped {shown_path(str(root))}: {reason}")
-        roots = [r for r in roots if r.exists()]
+        roots = []
+        for root in (Path(p).expanduser().absolute() for p in paths):
+            reason = _missing(root)
+            if reason is None:
+                roots.append(root)
+                continue
+            report.skipped.append((shown_path(str(root)), reason))
+            self.log(f"skipped {shown_path(str(root))}: {reason}")
         files: list[Path] = []
         unreadable: list[str] = []
 

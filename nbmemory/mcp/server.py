@@ -1,5 +1,6 @@
 """The MCP server of ``nbmemory mcp``: the tools of :mod:`nbmemory.mcp.tools`, their
-descriptions and annotations, on stdio or on streamable HTTP at ``127.0.0.1:PORT/mcp``."""
+descriptions and annotations, on stdio or on streamable HTTP at ``127.0.0.1:PORT/mcp`` behind a
+bearer token (:mod:`nbmemory.mcp.auth`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from nbmemory.errors import ConfigError
+from nbmemory.mcp.auth import BearerAuth
 from nbmemory.mcp.tools import HOST, ClosableMemory, MemoryTools, Policy, shown_roots
 
-__all__ = ["build_server", "serve"]
+__all__ = ["build_server", "http_app", "serve"]
 
 INSTRUCTIONS = """\
 nbmemory is the user's personal memory: their notes, notebooks, code and documents, and what was
@@ -105,8 +107,21 @@ def build_server(tools: MemoryTools) -> MCPServer:
     return server
 
 
-def serve(open_memory: Callable[[], ClosableMemory], policy: Policy, http_port: int | None = None) -> None:
-    """Run the server until its client goes away: on stdio, or on ``HOST:http_port/mcp``."""
+def http_app(server: MCPServer, token: str | None) -> Any:
+    """The streamable HTTP app of ``server`` at ``/mcp``, every request checked against the
+    bearer ``token`` first (None: no check, ``--no-auth``)."""
+    app = server.streamable_http_app(host=HOST)
+    return app if token is None else BearerAuth(app, token)
+
+
+def serve(
+    open_memory: Callable[[], ClosableMemory],
+    policy: Policy,
+    http_port: int | None = None,
+    token: str | None = None,
+) -> None:
+    """Run the server until its client goes away: on stdio, or on ``HOST:http_port/mcp``, where
+    every request must carry ``Authorization: Bearer <token>`` (None: no check, ``--no-auth``)."""
     if http_port is not None and not 1 <= http_port <= 65535:
         raise ConfigError(f"--http {http_port}: give a port between 1 and 65535")
     tools = MemoryTools(open_memory, policy)
@@ -115,6 +130,9 @@ def serve(open_memory: Callable[[], ClosableMemory], policy: Policy, http_port: 
         if http_port is None:
             server.run("stdio")
         else:
-            server.run("streamable-http", host=HOST, port=http_port)
+            import uvicorn
+
+            config = uvicorn.Config(http_app(server, token), host=HOST, port=http_port, log_level="warning")
+            uvicorn.Server(config).run()
     finally:
         tools.close()

@@ -319,9 +319,13 @@ class MemoryTools:
             raise NbMemoryError(f"path {raw!r} cannot be resolved: {type(exc).__name__}") from None
         if not any(resolved == root or root in resolved.parents for root in roots):
             raise NbMemoryError(f"path {raw!r} is outside the allowed roots {shown_roots(roots)}")
-        if not resolved.exists():
+        try:
+            found, folder = resolved.exists(), resolved.is_dir()
+        except OSError as exc:  # resolve() leaves a missing name too long for the system as it is
+            raise NbMemoryError(f"path {raw[:80]!r}... cannot be read: {exc.strerror}") from None
+        if not found:
             raise NbMemoryError(f"no such file or folder: {raw!r}")
-        if resolved.is_dir():
+        if folder:
             link = link_outside(resolved, roots)
             if link is not None:
                 raise NbMemoryError(

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbmemory.config import Settings
+from nbmemory import private
+from nbmemory.config import Settings, memory_paths
 from nbmemory.errors import NbMemoryError
 from nbmemory.remote import wire
 from nbmemory.remote.owner import endpoint, try_connect
@@ -92,6 +93,9 @@ def start(settings: Settings, on_model_change: str | None = None, timeout: float
         fcntl.flock(fd, fcntl.LOCK_EX)
         if _answers(db_path):
             return
+        # Here, not only in the owner: the line saying what was made owner-only reaches the
+        # user's terminal, not the owner's log.
+        private.narrow_all(memory_paths(db_path, settings.own_folder), f"memory {db_path}")
         log = log_path(db_path)
         pid = _spawn(owner_argv(settings, on_model_change), log)
         deadline = time.monotonic() + timeout

@@ -20,6 +20,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from nbmemory import private
 from nbmemory.remote import wire
 from nbmemory.remote.paths import endpoint
 
@@ -83,10 +84,10 @@ class OwnerServer:
         if os.path.exists(self.address):
             os.unlink(self.address)
         key = secrets.token_bytes(32)
-        fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
+        private.write_bytes(self.key_path, key)
         self.listener = Listener(self.address, family="AF_UNIX", authkey=key)
+        # bind() made the socket with the umask's mode (its folder is 0700 already).
+        private.narrow(self.address)
         self.requests = 0
         self._closed = False
         self._conns: set[Connection] = set()

@@ -1,6 +1,7 @@
 """Where the processes sharing a memory meet: a private runtime folder and, per memory file, the
 owner's socket and key (:mod:`nbmemory.remote.owner`) and the live indexers' status files
-(:mod:`nbmemory.live`). Standard library only, so any module can import it."""
+(:mod:`nbmemory.live`). Standard library only (and :mod:`nbmemory.private`), so any module can
+import it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import os
 import tempfile
 from pathlib import Path
 
+from nbmemory import private
+
 
 def runtime_dir() -> Path:
     """A folder only this user can enter, for sockets and keys."""
     base = os.environ.get("NBMEMORY_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
     folder = Path(base) / "nbmemory" if base else Path(tempfile.gettempdir()) / f"nbmemory-{os.getuid()}"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
+    private.make_dir(folder)
+    os.chmod(folder, private.DIR_MODE)
     return folder
 
 

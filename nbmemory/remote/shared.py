@@ -279,7 +279,8 @@ def _prepare_forget(args: dict[str, Any]) -> None:
 # What a call needs before it leaves this process: the owner may run in another folder, so paths
 # are made absolute; an iterable of ids becomes a list that JSON can carry.
 _PREPARE: dict[str, Callable[[dict[str, Any]], None]] = {
-    "index": lambda args: args.update(paths=tuple(_absolute(p) for p in args["paths"])),
+    # No paths: bound arguments leave an empty *paths out; the owner says what is missing.
+    "index": lambda args: args.update(paths=tuple(_absolute(p) for p in args.get("paths", ()))),
     "forget": _prepare_forget,
     "export": lambda args: args.update(out=_absolute(args["out"])),
     "remove_root": lambda args: args.update(path=_absolute(args["path"])),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from typing import Any
 
 import duckdb
 
+from nbmemory import private
+from nbmemory.config import memory_paths
 from nbmemory.errors import StoreError, StoreLockedError
 from nbmemory.store.extensions import load_extensions
 from nbmemory.store.migrations import MIGRATIONS, SCHEMA_VERSION
@@ -40,9 +43,12 @@ class Database:
         The DuckDB file; its folder is created if missing. ``":memory:"`` keeps nothing.
     read_only:
         Open without write access (still takes DuckDB's file lock).
+    own_folder:
+        The file's folder is nbmemory's own (the memory home): made owner-only on open like the
+        file. Any other folder is made 0700 only when this creates it (see :func:`nbmemory.config.memory_paths`).
     """
 
-    def __init__(self, path: Path | str, read_only: bool = False) -> None:
+    def __init__(self, path: Path | str, read_only: bool = False, own_folder: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.lock = threading.RLock()
@@ -59,10 +65,16 @@ class Database:
         #: read once, kept up to date by its writes).
         self.passage_cache: dict[str, Any] = {}
         self.dropped_after_crash: list[str] = []
+        #: What was readable by other users and made owner-only when this opened the file.
+        self.narrowed: list[private.Narrowed] = []
+        self.own_folder = own_folder
         wal = Path(f"{self.path}.wal").expanduser()
+        self._wal = None if self.path == ":memory:" or read_only else wal
         unclean = self.path != ":memory:" and not read_only and wal.exists() and wal.stat().st_size > 0
         if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            file = Path(self.path).expanduser()
+            private.make_dir(file.parent)
+            self.narrowed = private.narrow_all(memory_paths(file, own_folder), f"memory {file}")
         self.con = duckdb.connect(":memory:")
         try:
             load_extensions(self.con)
@@ -74,6 +86,10 @@ class Database:
                 self.con.execute(f"ATTACH '{target}' AS {CATALOG}{mode}")
             self.con.execute(f"USE {CATALOG}")
             self.con.execute("SET enable_progress_bar = false")
+            if self.path != ":memory:":
+                # DuckDB creates a new file with the umask's mode.
+                private.narrow(Path(self.path).expanduser())
+            self._private_wal()
             if unclean:
                 self._drop_replayed_hnsw()
         except duckdb.Error as exc:
@@ -131,7 +147,26 @@ class Database:
     # -- basics --------------------------------------------------------------------------
     def execute(self, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
         with self.lock:
-            return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+            try:
+                return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+            finally:
+                self._private_wal()
+
+    def _private_wal(self) -> None:
+        # DuckDB deletes its write-ahead log at every checkpoint (an explicit one, or automatic
+        # in a large commit) and creates the next with the umask's mode, but writes into one
+        # that exists and keeps its mode (an empty one is ignored and removed on attach). So
+        # an empty 0600 log waits for the next write, and one DuckDB made itself is narrowed.
+        if self._wal is None:
+            return
+        try:
+            fd = os.open(self._wal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, private.FILE_MODE)
+        except FileExistsError:
+            private.narrow(self._wal)
+        except OSError:
+            pass  # a folder we may not write to: DuckDB will say so
+        else:
+            os.close(fd)
 
     def fetchall(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         with self.lock:
@@ -153,6 +188,7 @@ class Database:
                 self.con.execute(sql, params or [])
             finally:
                 self.con.unregister(name)
+                self._private_wal()
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -167,9 +203,12 @@ class Database:
                 raise
             else:
                 self.con.execute("COMMIT")
+            finally:
+                self._private_wal()
 
     def close(self) -> None:
         with self.lock:
+            self._wal = None  # the checkpoint below removes the log: leave none behind
             try:
                 if not self.read_only:
                     self.con.execute("CHECKPOINT")
@@ -241,3 +280,4 @@ class Database:
                     )
                 applied.append(name)
             return applied
+

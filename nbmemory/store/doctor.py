@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from nbmemory import private
+from nbmemory.config import memory_paths
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import NbMemoryError
 from nbmemory.store import chunks as chunk_rows
@@ -71,6 +74,8 @@ def run_doctor(
 
     version = db.schema_version()
     add("schema", version == SCHEMA_VERSION, f"version {version} (expected {SCHEMA_VERSION})")
+    if db.path != ":memory:":
+        report.checks.append(_permissions(db, repair))
 
     stored = db.get_meta("model_fingerprint")
     try:
@@ -259,3 +264,27 @@ def _memory_index(db: Database, live_vectors: int) -> str:
 def _in_tx(db: Database, fn: Callable[[], object]) -> None:
     with db.transaction():
         fn()
+
+
+def _permissions(db: Database, repair: bool) -> Check:
+    """Whether the memory is owner-only: ok, fixed (on open, or now with ``repair``), or not."""
+    file = Path(db.path).expanduser()
+    paths = [p for p in memory_paths(file, db.own_folder) if private.mode(p) is not None]
+    shared = (
+        ""
+        if db.own_folder or private.is_private(file.parent)
+        else (f"; its folder {file.parent} is {private.state(file.parent)}, a folder you chose: left as is")
+    )
+    wide = [p for p in paths if not private.is_private(p)]
+    if wide:
+        detail = "not owner-only: " + ", ".join(f"{p} ({private.mode(p):04o})" for p in wide)
+        check = Check("permissions", False, detail + shared)
+        if repair:
+            fixed = private.narrow_all(wide, f"memory {file}")
+            check.repaired = len(fixed) == len(wide)
+            check.detail = "made owner-only: " + ", ".join(str(n) for n in fixed) + shared
+        return check
+    if db.narrowed:
+        detail = "made owner-only on open: " + ", ".join(str(n) for n in db.narrowed)
+        return Check("permissions", False, detail + shared, repaired=True)
+    return Check("permissions", True, f"owner-only ({len(paths)} paths){shared}")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory import private
 from nbmemory.errors import ConfigError, NotFoundError
 from nbmemory.items import ITEM_COLUMNS, Item
 from nbmemory.store import chunks as chunk_rows
@@ -161,4 +162,6 @@ def export(db: Database, target: Path, include_forgotten: bool) -> int:
         f"COPY (SELECT {ITEM_COLUMNS}, last_accessed_at, last_retrieved_at FROM chunks {where} "
         f"ORDER BY id) TO '{escaped}' (FORMAT {fmt})"
     )
+    # COPY writes a new file with the umask's mode: an export holds the memory's text.
+    private.narrow(target)
     return count

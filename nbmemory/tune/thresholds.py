@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory import private
 from nbmemory.embed.base import Embedder
 from nbmemory.search import reject
 
@@ -89,7 +90,7 @@ def carry_over(
         },
     }
     target = reject.thresholds_path(candidate.fingerprint)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    private.make_dir(target.parent)
+    private.write_text(target, json.dumps(payload, indent=2) + "\n")
     reject.thresholds_for.cache_clear()
     return payload

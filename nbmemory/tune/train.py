@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbmemory import private
 from nbmemory.errors import ConfigError, NbMemoryError
 from nbmemory.tune.mine import Triple
 
@@ -212,7 +213,8 @@ def train_model(
     out = Path(output).expanduser()
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} is not empty: choose a new folder for the tuned model")
-    out.mkdir(parents=True, exist_ok=True)
+    # A model tuned on the memory's text is as private as the text: its folder is 0700.
+    private.make_dir(out)
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)

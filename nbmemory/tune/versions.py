@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from nbmemory.config import models_dir as models_dir  # where tuned models live, for tune and live
 from nbmemory.errors import ConfigError, NotFoundError
 from nbmemory.store.db import Database, utcnow
 
@@ -55,12 +56,6 @@ class ModelVersion:
     def path(self) -> Path | None:
         """The model folder, for a tuned version."""
         return Path(self.model) if self.status != "base" else None
-
-
-def models_dir(db_path: str | Path) -> Path:
-    """Where the tuned models of the memory file ``db_path`` are kept."""
-    path = Path(db_path).expanduser()
-    return path.parent / "models" / path.stem
 
 
 def _row(db: Database, r: tuple[Any, ...]) -> ModelVersion:
