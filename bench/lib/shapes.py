@@ -69,7 +69,8 @@ def store_for(corpus: Path, log=print, fake: bool = False) -> Path:  # type: ign
         stale.unlink(missing_ok=True)
     embedder = fake_embedder() if fake else CachedEmbedder(make_embedder(), key.rsplit("-", 1)[0], log=log)
     started = time.perf_counter()
-    log(f"indexing {corpus} into {path} (the bundled model; vectors cached, so a rerun resumes)")
+    how = "the fake embedder" if fake else "the bundled model; vectors cached, so a rerun resumes"
+    log(f"indexing {corpus} into {path} ({how})")
     with Memory(tmp, embedder=embedder, namespace=NAMESPACE) as mem:
         report = mem.index(str(corpus), namespace=NAMESPACE)
         items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))

@@ -18,10 +18,11 @@ TOPICS = [
     "tokenizer", "trainer", "dataset", "pipeline", "optimizer", "scheduler", "embedding", "attention",
     "checkpoint", "quantization", "diffusion", "sampler", "metric", "callback", "adapter", "gradient",
 ]
-FILLER = (
+_SENTENCE = (
     "load the model then call fit with the batch size and learning rate we picked earlier so the "
     "run stays short while the loss goes down and the logs show every step"
-).split()
+)
+FILLER = _SENTENCE.split(" ")
 #: Notebooks, cells per notebook.
 NOTEBOOKS, CELLS = 24, 30
 #: The queries the rankings are kept for: a topic word fills the top with one notebook's cells.
