@@ -1,4 +1,10 @@
-"""Collapse exact and near-duplicate results, keeping the best-ranked copy."""
+"""Collapse exact and near-duplicate results, keeping the best-ranked copy.
+
+Cost: linear in the words of the candidates read, plus one check (a dot product, then a
+substring test) per pair of candidates that share their rarest three-word sequence. No
+candidate is compared with every kept one: a notebook's candidates (dozens of cells of one
+file, hundreds read for ten results) made the all-pairs comparison the costliest stage.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 _WORD = re.compile(r"\w+")
+#: Containment is found through word sequences of this length (shorter texts use their whole).
+GRAM = 3
 
 
 @functools.lru_cache(maxsize=20_000)
@@ -16,6 +24,99 @@ def words(text: str) -> str:
     """The text's words, lower-cased and single-spaced: what duplicates are compared on
     (cached: the same candidates come back search after search)."""
     return " ".join(_WORD.findall(text.lower()))
+
+
+def _grams(tokens: Sequence[str], size: int) -> set[str]:
+    """Every run of ``size`` consecutive words of ``tokens``, as one string."""
+    return {" ".join(tokens[at : at + size]) for at in range(len(tokens) - size + 1)}
+
+
+class Deduper:
+    """Dedup one ranking incrementally: :meth:`offer` candidates best first; each is kept or
+    reported as a duplicate of one kept before it (the rule of :func:`dedup`).
+
+    Kept items are indexed by their word sequences of up to :data:`GRAM` words, so a candidate
+    is checked only against the kept items it could contain or be contained in:
+
+    - a kept item inside the candidate ends with one of the candidate's sequences (looked up
+      by its last sequence: chunks of one file share their first words, the heading path);
+    - a kept item holding the candidate holds every sequence of the candidate, so the rarest
+      of them among the kept items names all it could be.
+
+    Cost per candidate: linear in its words, plus one check per kept item found that way.
+    """
+
+    def __init__(self, threshold: float = 0.95) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        self.threshold = threshold
+        self.kept: list[int] = []
+        self.read = 0
+        self.checked = 0
+        self._exact: dict[str, int] = {}
+        self._padded: dict[int, str] = {}
+        self._vec: dict[int, np.ndarray] = {}
+        self._position: dict[int, int] = {}
+        # Every sequence of 1..GRAM words of a kept item -> the kept items holding it.
+        self._holding: dict[str, list[int]] = {}
+        # The last sequence of a kept item (GRAM words, or all of a shorter one) -> those items.
+        # The last, not the first: chunks of one file begin alike (their heading path).
+        self._ending: dict[str, list[int]] = {}
+
+    def offer(self, item: int, text: str, vec: np.ndarray | None) -> tuple[int, float] | None:
+        """None when ``item`` is kept; else (the kept id it duplicates, their cosine similarity)."""
+        self.read += 1
+        w = words(text)
+        if w and w in self._exact:
+            return self._exact[w], 1.0
+        tokens = w.split()
+        mine = [_grams(tokens, size) for size in range(1, min(GRAM, len(tokens)) + 1)]
+        if w and vec is not None:
+            match = self._near(w, tokens, mine, vec)
+            if match is not None:
+                return match
+        self._keep(item, w, tokens, mine, vec)
+        return None
+
+    def _near(
+        self, w: str, tokens: list[str], mine: list[set[str]], vec: np.ndarray
+    ) -> tuple[int, float] | None:
+        """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold."""
+        found: set[int] = set()
+        # Kept items held by the candidate end with one of its sequences.
+        for grams in mine:
+            for gram in grams:
+                found.update(self._ending.get(gram, ()))
+        # Kept items holding the candidate hold every one of its longest sequences.
+        longest = mine[-1]
+        rarest = min((self._holding.get(g, []) for g in longest), key=len, default=[])
+        found.update(rarest)
+        padded = f" {w} "
+        for j in sorted(found, key=self._position.__getitem__):
+            other = self._padded[j]
+            vj = self._vec.get(j)
+            self.checked += 1
+            if vj is None or (padded not in other and other not in padded):
+                continue
+            sim = float(vj @ vec)
+            if sim >= self.threshold:
+                return j, sim
+        return None
+
+    def _keep(self, item: int, w: str, tokens: list[str], mine: list[set[str]], vec: np.ndarray | None) -> None:
+        self._position[item] = len(self.kept)
+        self.kept.append(item)
+        if not w:
+            return
+        self._exact[w] = item
+        if vec is None:
+            return  # never a near duplicate of anything: no need to find it
+        self._vec[item] = vec
+        self._padded[item] = f" {w} "
+        for grams in mine:
+            for gram in grams:
+                self._holding.setdefault(gram, []).append(item)
+        self._ending.setdefault(" ".join(tokens[-GRAM:]), []).append(item)
 
 
 def dedup(
@@ -34,37 +135,17 @@ def dedup(
     0.89; those are different facts. No tag or metadata rule either (MemX saw a tag-signature
     rule merge distinct untagged facts and destroy recall).
 
+    Cost: linear in the words of ``ids``' texts plus one check per pair sharing their rarest
+    word sequence (:class:`Deduper`), not one per pair of candidates.
+
     Returns
     -------
     (kept ids in order, {dropped id: (the kept id it duplicates, cosine similarity)})
     """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    kept: list[int] = []
-    kept_words: list[str] = []
-    exact: dict[str, int] = {}
+    deduper = Deduper(threshold)
     dropped: dict[int, tuple[int, float]] = {}
     for i in ids:
-        w = words(texts.get(i, ""))
-        if w and w in exact:
-            dropped[i] = (exact[w], 1.0)
-            continue
-        vec = vectors.get(i)
-        match = None
-        if w and vec is not None:
-            for j, other in zip(kept, kept_words, strict=True):
-                if not other or (w not in other and other not in w):
-                    continue
-                vj = vectors.get(j)
-                sim = float(vj @ vec) if vj is not None else 0.0
-                if sim >= threshold:
-                    match = (j, sim)
-                    break
+        match = deduper.offer(i, texts.get(i, ""), vectors.get(i))
         if match is not None:
             dropped[i] = match
-            continue
-        kept.append(i)
-        kept_words.append(w)
-        if w:
-            exact[w] = i
-    return kept, dropped
+    return deduper.kept, dropped

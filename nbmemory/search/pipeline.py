@@ -9,6 +9,7 @@ flag and hydration (:mod:`~nbmemory.search.result`). Each stage is a named step
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,11 +27,10 @@ from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion, Ranked
 from nbmemory.search.filters import Filters
-from nbmemory.search.group import group_by_source
 from nbmemory.search.pool import Pool
 from nbmemory.search.result import SearchResult, hydrate
 from nbmemory.search.rrf import RRFFusion, rrf
-from nbmemory.search.trace import Trace
+from nbmemory.search.trace import Stage, Trace
 from nbmemory.search.vector import VectorRetriever
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.rows import HitRow, fetch_rows
@@ -86,12 +86,16 @@ class SearchPipeline:
         text = checked_query(query, k)
         depth = self.config.depth or max(50, 3 * k)
         pool_size = self._pool_depth(k)
+        passes, earlier_ms = 0, 0.0
         while True:
             result, saturated = self._run(text, k, filters or Filters(), depth, pool_size)
+            passes += 1
+            result.trace.passes, result.trace.earlier_ms = passes, earlier_ms
             # Grouping can leave fewer than k sources among the candidates taken (a long note
             # fills them): take deeper while a retriever may hold more.
             if not (self.config.group and len(result.hits) < k and saturated and depth < MAX_GROUP_DEPTH):
                 return result
+            earlier_ms = result.trace.total_ms
             depth, pool_size = depth * 4, depth * 8
 
     def _run(
@@ -115,13 +119,16 @@ class SearchPipeline:
             order = self._recency(order, pool, trace)
         if config.supersede:
             order = self._supersede(order, trace)
-        if config.dedup:
-            order = self._dedup(order, pool, trace)
-        if config.mmr:
-            order = self._mmr(order, pool, k, trace)
         more: dict[int, list[int]] = {}
-        if config.group:
-            order, more = self._group(order, pool, k, trace)
+        if config.mmr:
+            # MMR weighs every candidate against the others: it reads the whole (bounded) pool.
+            if config.dedup:
+                order = self._dedup(order, pool, trace)
+            order = self._mmr(order, pool, k, trace)
+            if config.group:
+                order, more = self._walk(order, pool, k, trace, dedup=False, group=True)
+        elif config.dedup or config.group:
+            order, more = self._walk(order, pool, k, trace, dedup=config.dedup, group=config.group)
         order = order[:k]
         rejected, reason = False, ""
         if config.reject and evidence is not None and "vector" in found:
@@ -157,7 +164,8 @@ class SearchPipeline:
 
     def _pool_depth(self, k: int) -> int:
         # Later stages reorder, drop and group: they work on a pool deeper than k (notes average
-        # 1.2 chunks, so twice k still fills k groups; a deeper pool costs dedup quadratically).
+        # 1.2 chunks, so twice k still fills k groups). Dedup and group read it only down to the
+        # k-th group (``_walk``), so a deeper pool costs only its fusion.
         return max(k + 20, 2 * k, self.config.rerank_depth if self.config.reranker else 0)
 
     def _rerank(
@@ -294,20 +302,86 @@ class SearchPipeline:
         sources = {rows[i].source if i in rows and rows[i].source else i for i in firsts}
         return len(sources) == 1
 
-    def _group(self, order: Ranked, pool: Pool, k: int, trace: Trace) -> tuple[Ranked, dict[int, list[int]]]:
-        """One result per source: its best chunk leads, the others ride along in ``Hit.more``."""
-        with trace.step("group", compare=True) as stage:
-            rows = pool.rows()
-            sources = {i: (rows[i].source if i in rows else None) for i, _ in order}
-            leaders, more = group_by_source(order, sources, k)
-            stage.output = [i for i, _ in leaders]
-            stage.scores = dict(leaders)
-            stage.notes = {"groups": len(leaders), "chunks": len(order)}
-            for leader, others in more.items():
-                if others:
-                    stage.detail[leader] = f"+{len(others)} more in this source"
-                    for other in others:
-                        stage.dropped[other] = f"in the same source as #{leader}"
+    def _walk(
+        self, order: Ranked, pool: Pool, k: int, trace: Trace, *, dedup: bool, group: bool
+    ) -> tuple[Ranked, dict[int, list[int]]]:
+        """Dedup and group in one walk down the fused order, best first, which stops at the
+        ``k``-th group (or, without grouping, the ``k``-th item kept): what ranks below it is
+        never read. Each stage's trace notes how many candidates it read (``read``).
+
+        Cost: linear in the candidates read (each one offered to the :class:`Deduper`, whose
+        cost is linear in its words, and its source looked up once); rows and vectors are read
+        for those candidates only, in batches that double (a few statements per search when
+        they come from the table). ``Hit.more`` lists a leader's other chunks among those read,
+        i.e. those ranked above the ``k``-th leader.
+        """
+        deduper = dedup_mod.Deduper(self.config.dedup_threshold) if dedup else None
+        dropped: dict[int, tuple[int, float]] = {}
+        leaders: Ranked = []
+        leader_of: dict[str, int] = {}
+        more: dict[int, list[int]] = {}
+        dedup_s = group_s = 0.0
+        read = 0
+        batch = max(2 * k, 32)
+        done = False
+        while read < len(order) and not done:
+            head = order[read : read + batch]
+            ids = [i for i, _ in head]
+            started = time.perf_counter()
+            texts = pool.texts(ids) if deduper is not None else {}
+            vecs = pool.vectors(ids) if deduper is not None else {}
+            dedup_s += time.perf_counter() - started
+            started = time.perf_counter()
+            rows = pool.rows(ids) if group else {}
+            group_s += time.perf_counter() - started
+            for item, score in head:
+                read += 1
+                if deduper is not None:
+                    started = time.perf_counter()
+                    match = deduper.offer(item, texts.get(item, ""), vecs.get(item))
+                    dedup_s += time.perf_counter() - started
+                    if match is not None:
+                        dropped[item] = match
+                        continue
+                started = time.perf_counter()
+                row = rows.get(item)
+                source = row.source if group and row is not None else None
+                if source is not None and source in leader_of:
+                    more[leader_of[source]].append(item)
+                else:
+                    leaders.append((item, score))
+                    more[item] = []
+                    if source is not None:
+                        leader_of[source] = item
+                group_s += time.perf_counter() - started
+                if len(leaders) == k:
+                    done = True
+                    break
+            batch *= 2
+        if deduper is not None:
+            stage = trace.add(Stage("dedup", compare_to=trace.stages[-1].name if trace.stages else None))
+            stage.ms = dedup_s * 1000
+            stage.dropped = {d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()}
+            stage.output = [i for i, _ in order[:read] if i not in dropped]
+            stage.scores = {i: s for i, s in order[:read] if i not in dropped}
+            stage.notes = {
+                "read": read,
+                "checked": deduper.checked,
+                "collapsed": len(dropped),
+                "threshold": self.config.dedup_threshold,
+            }
+        if not group:
+            return leaders, {}
+        stage = trace.add(Stage("group", compare_to=trace.stages[-1].name if trace.stages else None))
+        stage.ms = group_s * 1000
+        stage.output = [i for i, _ in leaders]
+        stage.scores = dict(leaders)
+        stage.notes = {"groups": len(leaders), "read": read - len(dropped), "of": len(order)}
+        for leader, others in more.items():
+            if others:
+                stage.detail[leader] = f"+{len(others)} more in this source"
+                for other in others:
+                    stage.dropped[other] = f"in the same source as #{leader}"
         return leaders, more
 
     def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:

@@ -39,36 +39,58 @@ def cosines(db: Database, qvec: np.ndarray, ids: list[int], known: Mapping[int, 
 
 
 class Pool:
-    """The fused candidates' stored data, fetched once and only when a stage asks for it."""
+    """The fused candidates' stored data, fetched only for the candidates a stage reads, once.
+
+    Cost: each read is linear in the ids asked for that were not read before; a stage that
+    stops early (the walk of :meth:`SearchPipeline._walk`) reads only the head of the pool.
+    """
 
     def __init__(self, db: Database, ids: list[int], qvec: np.ndarray | None) -> None:
         self.db = db
         self.ids = ids
         self.qvec = qvec
-        self._vectors: dict[int, np.ndarray] | None = None
-        self._rows: dict[int, CandidateRow] | None = None
+        self._vectors: dict[int, np.ndarray] = {}
+        self._vectors_read: set[int] = set()
+        self._rows: dict[int, CandidateRow] = {}
+        self._rows_read: set[int] = set()
 
-    def vectors(self) -> dict[int, np.ndarray]:
-        """Candidate -> unit-length embedding."""
-        if self._vectors is None:
-            keys, unit = _unit_rows(vectors.get_many(self.db, self.ids))
-            self._vectors = dict(zip(keys, unit, strict=True))
-        return self._vectors
+    def vectors(self, ids: list[int] | None = None) -> dict[int, np.ndarray]:
+        """Candidate -> unit-length embedding, for ``ids`` (default: every candidate)."""
+        wanted = self.ids if ids is None else ids
+        missing = [i for i in wanted if i not in self._vectors_read]
+        if missing:
+            keys, unit = _unit_rows(vectors.get_many(self.db, missing))
+            self._vectors.update(zip(keys, unit, strict=True))
+            self._vectors_read.update(missing)
+        if ids is None:
+            return self._vectors
+        return {i: self._vectors[i] for i in wanted if i in self._vectors}
 
     def similarities(self, ids: list[int]) -> dict[int, float]:
         """Exact cosine similarity of each id to the query (ids outside the pool are fetched)."""
         if self.qvec is None:
             return {}
-        have = self.vectors()
+        have = self.vectors(ids)
         q = _unit(self.qvec)
         known = {i: float(have[i] @ q) for i in ids if i in have}
         return cosines(self.db, self.qvec, ids, known)
 
-    def rows(self) -> dict[int, CandidateRow]:
-        """Every candidate's live row: the columns of a hit, then the recency signals."""
-        if self._rows is None:
-            self._rows = fetch_rows(self.db, self.ids, CandidateRow)
-        return self._rows
+    def rows(self, ids: list[int] | None = None) -> dict[int, CandidateRow]:
+        """The live row of each of ``ids`` (default: every candidate): a hit's columns, then the
+        recency signals."""
+        wanted = self.ids if ids is None else ids
+        missing = [i for i in wanted if i not in self._rows_read]
+        if missing:
+            self._rows.update(fetch_rows(self.db, missing, CandidateRow))
+            self._rows_read.update(missing)
+        if ids is None:
+            return self._rows
+        return {i: self._rows[i] for i in wanted if i in self._rows}
+
+    @property
+    def read(self) -> dict[str, int]:
+        """How many candidates' rows and vectors were read: what the trace reports."""
+        return {"rows": len(self._rows_read), "vectors": len(self._vectors_read)}
 
     def meta(self) -> dict[int, decay.ItemSignals]:
         """The recency signals, read afresh: retrieval counters change with every search log flush,
@@ -85,9 +107,6 @@ class Pool:
         }
 
     def texts(self, ids: list[int]) -> dict[int, str]:
-        rows = self.rows()
-        return {
-            i: (f"{rows[i].heading}\n{rows[i].text}" if rows[i].heading else str(rows[i].text))
-            for i in ids
-            if i in rows
-        }
+        """What dedup and the reranker read of each of ``ids``: the heading, then the text."""
+        rows = self.rows(ids)
+        return {i: (f"{row.heading}\n{row.text}" if row.heading else str(row.text)) for i, row in rows.items()}

@@ -29,6 +29,11 @@ class Trace:
 
     query: str
     stages: list[Stage] = field(default_factory=list)
+    #: Passes the pipeline ran (a grouped search takes deeper candidates when the first pass
+    #: found fewer than k sources); only the last pass's stages are kept.
+    passes: int = 1
+    #: Time spent in the passes before the last one.
+    earlier_ms: float = 0.0
 
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)
@@ -67,7 +72,8 @@ class Trace:
 
     @property
     def total_ms(self) -> float:
-        return sum(s.ms for s in self.stages)
+        """Every pass's stages, the earlier passes included."""
+        return self.earlier_ms + sum(s.ms for s in self.stages)
 
     def explain(self, top: int = 10) -> str:
         """Stage by stage: what came out, in what order, what moved (``was N``) and why.
@@ -75,7 +81,8 @@ class Trace:
         A stage that reorders compares itself with the stage before it; items it removed are
         listed as ``dropped`` with the reason.
         """
-        lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms)"]
+        passes = f", {self.passes} passes ({self.earlier_ms:.1f} ms before the last)" if self.passes > 1 else ""
+        lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms{passes})"]
         for stage in self.stages:
             base = self.stage(stage.compare_to) if stage.compare_to else None
             previous = base.output if base is not None else None
@@ -105,6 +112,8 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         return {
             "query": self.query,
+            "passes": self.passes,
+            "earlier_ms": round(self.earlier_ms, 3),
             "stages": [
                 {
                     "name": s.name,
