@@ -19,6 +19,9 @@ from nbmemory.errors import StoreError, StoreLockedError
 from nbmemory.store.extensions import load_extensions
 from nbmemory.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
+# Statements that write nothing to the write-ahead log.
+_READ = re.compile(r"\s*(SELECT|WITH|EXPLAIN|SET|DESCRIBE|SHOW)\b", re.IGNORECASE)
+
 CATALOG = "mem"
 _LOCK_RE = re.compile(r"Conflicting lock|Could not set lock|lock on file", re.IGNORECASE)
 
@@ -150,7 +153,8 @@ class Database:
             try:
                 return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
             finally:
-                self._private_wal()
+                if not _READ.match(sql):  # a read writes no log: spare searches the stat
+                    self._private_wal()
 
     def _private_wal(self) -> None:
         # DuckDB deletes its write-ahead log at every checkpoint (an explicit one, or automatic
