@@ -50,15 +50,19 @@ class MemoryAPI(Protocol):
         self,
         *paths: str | os.PathLike[str],
         namespace: str | None = None,
-        progress: Callable[[int, int, str], None] | None = None,
+        progress: Callable[..., None] | None = None,
     ) -> IndexReport:
         """Index files and folders (markdown, notebooks, code, text, PDF, DOCX, HTML), incrementally.
 
         Unchanged files are skipped by mtime and size, then by content hash; removed files
         lose their chunks; bad files are skipped with a message in ``report.skipped``.
-        ``progress(done, total, path)`` is called as files are read (only in the owner's
-        process: a callback cannot cross to another process). An indexed folder is remembered
-        as a root (:meth:`roots`) that the live indexer keeps current.
+        ``progress(done, total, path, snapshot)`` is called as the run goes: files finished
+        (embedded and written) of all files, the file at hand, and a dict of
+        :class:`nbmemory.progress.IndexProgress` (phase, files read, chunks and passages
+        embedded, rate, time left, the line that says so); a callback that takes only the first
+        three gets those. A client's callback runs in its own process, from what the owner sends.
+        ``report.seconds`` is the wall time of the whole call, the model's load included. An
+        indexed folder is remembered as a root (:meth:`roots`) that the live indexer keeps current.
         """
         ...
 

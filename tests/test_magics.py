@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -473,7 +474,10 @@ def test_memindex_indexes_paths_with_a_progress_widget(
         ip.run_line_magic("memindex", f"{notes} --ns work")
     job = magics_of(ip).index_job
     assert job is not None and job.report is not None and job.report.files_changed == 3
-    assert job._bar.value == job._bar.max == 3 and job._bar.bar_style == "success"
+    assert job._bar.value == job._bar.max and job._bar.bar_style == "success"
+    # Said when it is over: the bar's word and the first line of the report.
+    assert job._bar.description == "done"
+    assert re.search(r"done — 3 files, 3 chunks in \d+\.\d s", job.label.value)
     # One display (the widget) and one report (its label): nothing printed besides.
     assert [list(o.data) for o in cap.outputs] == [["text/plain", "application/vnd.jupyter.widget-view+json"]]
     assert cap.stdout == "" and cap.stderr == ""
@@ -503,9 +507,9 @@ def test_memindex_bar_counts_the_embedding(
     original = WidgetIndexJob.progress
     embed = fake_mem.embedder.embed_documents
 
-    def record(self: WidgetIndexJob, done: int, total: int, path: str) -> None:
+    def record(self: WidgetIndexJob, done: int, total: int, path: str, snapshot: Any = None) -> None:
         seen.append((done, total))
-        original(self, done, total, path)
+        original(self, done, total, path, snapshot)
 
     def counting_embed(texts: Any, progress: Any = None) -> Any:
         # What the bar showed when the embedding started: every file read, none embedded yet.

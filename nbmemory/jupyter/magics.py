@@ -46,6 +46,7 @@ from nbmemory.options import (
     search_filters,
     tune_options,
 )
+from nbmemory.progress import index_bar
 
 if TYPE_CHECKING:
     from nbmemory.api import IndexReport, SearchResult
@@ -148,8 +149,9 @@ def _words(words: list[str], what: str, example: str) -> str:
 
 
 class WidgetIndexJob(IndexJob):
-    """An :class:`~nbmemory.jobs.IndexJob` drawn in the notebook: a progress bar, the file being
-    read, a Cancel button, and the report in place of the bar when it ends."""
+    """An :class:`~nbmemory.jobs.IndexJob` drawn in the notebook: a progress bar of the work done,
+    a line with the phase, counts, rate and time left, a Cancel button, and the report in place
+    of the line when it ends."""
 
     def __init__(self, paths: list[str], namespace: str | None, use_widget: bool, note: str = "") -> None:
         super().__init__(paths, namespace, note=note, on_progress=self._draw, on_end=self._finish)
@@ -158,8 +160,8 @@ class WidgetIndexJob(IndexJob):
         if use_widget:
             import ipywidgets as widgets
 
-            self._bar = widgets.IntProgress(value=0, min=0, max=1, description="indexing")
-            self.label = widgets.HTML(f"<small>{html.escape(note)}</small>" if note else "")
+            self._bar = widgets.IntProgress(value=0, min=0, max=BAR_STEPS, description="starting")
+            self.label = widgets.HTML(self._line("starting"))
             self.cancel_button = widgets.Button(description="Cancel", icon="stop", button_style="warning")
             self.cancel_button.on_click(lambda _: self.cancel())
             self.widget = widgets.VBox([widgets.HBox([self._bar, self.cancel_button]), self.label])
@@ -169,12 +171,16 @@ class WidgetIndexJob(IndexJob):
         with _as_usage_errors():
             return super().run(memory)
 
+    def _line(self, text: str) -> str:
+        note = f"{html.escape(self.note)}<br>" if self.note else ""
+        return f"<small>{note}{html.escape(text)}</small>"
+
     def _draw(self, job: IndexJob) -> None:
         if self._bar is not None:
-            self._bar.max = max(job.files_total, 1)
-            self._bar.value = job.files_done
-            name = Path(job.current).name if job.current else ""
-            self.label.value = f"<small>{job.files_done}/{job.files_total} {html.escape(name)}</small>"
+            snap = job.snapshot
+            self._bar.value = round(BAR_STEPS * snap["fraction"])
+            self._bar.description = BAR_WORDS.get(snap["phase"], snap["phase"])
+            self.label.value = self._line(snap["text"])
 
     def _finish(self, job: IndexJob) -> None:
         if self.widget is None:
@@ -183,10 +189,29 @@ class WidgetIndexJob(IndexJob):
         if self.report is not None:
             self._bar.value = self._bar.max
             self._bar.bar_style = "success"
+            self._bar.description = "done"
+            head = f"<b>{html.escape(self.snapshot['text'])}</b>\n"
         else:
             self._bar.bar_style = "danger" if self.error else "warning"
+            self._bar.description = "failed" if self.error else "stopped"
+            head = ""
         # The report, once: in the widget, not printed again under it.
-        self.label.value = f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(self.summary())}</pre>"
+        self.label.value = (
+            f"<pre style='margin:0;white-space:pre-wrap'>{head}{html.escape(self.summary())}</pre>"
+        )
+
+
+#: Steps of the notebook's progress bar, and the word beside it for each phase of a run.
+BAR_STEPS = 1000
+BAR_WORDS = {
+    "queued": "starting",
+    "opening the memory": "opening",
+    "loading the model": "loading",
+    "reading files": "reading",
+    "embedding chunks": "embedding",
+    "embedding passages": "embedding",
+    "updating the search index": "updating",
+}
 
 
 @magics_class
@@ -597,34 +622,30 @@ class MemoryMagics(Magics):
             memory = self.memory
             job.start(lambda: memory)
             return
+        # Opened inside the run: the time it takes is part of the run's, and the bar says so.
         if job.widget is not None:
-            job.run(self.memory)
+            job.run(lambda: self.memory)
             return
         if note:
             print(note)
         if self.progress != "none":
             self._index_with_text_bar(job)
         else:
-            job.run(self.memory)
+            job.run(lambda: self.memory)
+        if job.report is not None:
+            print(job.snapshot["text"])
         print(job.summary().removeprefix(note).lstrip("\n"))
 
     def _index_with_text_bar(self, job: WidgetIndexJob) -> None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=0, desc="indexing", unit="file", file=sys.stderr, leave=False)
         inner = job.progress
+        with index_bar(True) as bar:
 
-        def progress(done: int, total: int, path: str) -> None:
-            inner(done, total, path)
-            bar.total = total
-            bar.n = done
-            bar.refresh()
+            def progress(done: int, total: int, path: str, snapshot: dict[str, Any] | None = None) -> None:
+                inner(done, total, path, snapshot)
+                bar(done, total, path, snapshot)
 
-        job.progress = progress  # type: ignore[method-assign]
-        try:
-            job.run(self.memory)
-        finally:
-            bar.close()
+            job.progress = progress  # type: ignore[method-assign]
+            job.run(lambda: self.memory)
 
     def _this_notebook(self) -> tuple[Path, str]:
         """The notebook ``%memindex`` indexes with no path, and a line that says which."""

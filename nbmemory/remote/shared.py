@@ -26,6 +26,7 @@ from nbmemory import api
 from nbmemory.api import API_METHODS, MemoryAPI
 from nbmemory.config import Settings
 from nbmemory.errors import NbMemoryError, StoreLockedError
+from nbmemory.progress import fitted
 from nbmemory.remote import wire
 from nbmemory.remote.owner import OwnerServer, try_connect
 
@@ -143,6 +144,8 @@ class SharedMemory(MemoryAPI):
         # A callback cannot cross the socket: the owner sends its calls' arguments back instead.
         if self._local is None:
             progress = bound.arguments.pop("progress", None)
+            if progress is not None:
+                progress = fitted(progress)
         result = self._call(name, bound.args, bound.kwargs, plain, progress)
         if name == "stats":
             result["role"] = self.role
