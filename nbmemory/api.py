@@ -149,7 +149,16 @@ class MemoryAPI(Protocol):
         """Forget items by id, by the top ``k`` hits of ``query``, or by source ``path`` (a glob).
 
         Forgotten items are soft-deleted (the row records when and why) and never returned by
-        search again; a forgotten file is not re-indexed. Returns the ids forgotten.
+        search again; a forgotten file is not re-indexed. Returns the ids forgotten;
+        :meth:`restore` brings them back.
+        """
+        ...
+
+    def restore(self, item_id: int | Iterable[int]) -> list[int]:
+        """Bring forgotten items back (the undo of :meth:`forget`): they are searchable again,
+        with their text, tags, importance and counters as they were, and a file they came from
+        is indexed again when it changes. Returns the ids restored (items not forgotten are left
+        as they are); raises :class:`NotFoundError` for an id never stored.
         """
         ...
 

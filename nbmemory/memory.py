@@ -333,6 +333,23 @@ class Memory:
             vectors.compact_index(self.db)
         return ids if count else []
 
+    def restore(self, item_id: int | Iterable[int]) -> list[int]:
+        ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
+        item_rows.require_ids(self.db, ids)
+        rows = chunk_rows.forgotten(self.db, ids)
+        if not rows:
+            return []
+        self._require_model_match()  # a model change re-embeds here, before the write begins
+        with self._model.use.writing():
+            embedder = self._require_model_match()
+            # soft_delete dropped their vectors: the text row is all that was kept.
+            vecs = embedder.embed_documents([chunk_rows.embedding_text(h, t) for _, h, t, _, _ in rows])
+            with self.db.transaction():
+                chunk_rows.restore(self.db, [r[0] for r in rows], vecs)
+            self._model.fill_passages(embedder, [(digest, h, t, kind) for _, h, t, kind, digest in rows])
+        vectors.maybe_rebuild(self.db)
+        return [r[0] for r in rows]
+
     def link(self, src: int, dst: int, type: str = "related", note: str | None = None) -> None:
         item_rows.check_link(src, dst, type)
         self.get(src, touch=False)

@@ -160,7 +160,7 @@ class IndexMeter:
         self.state.phase = name
 
     def reading(self, read: int, total: int, path: str, finished: int) -> None:
-        """About to read file ``read + 1`` of ``total``; ``finished`` are embedded and written."""
+        """Reading file number ``read`` of ``total`` now; ``finished`` are embedded and written."""
         self.state.files_read, self.state.files_total, self.state.current = read, total, path
         self.files_finished = finished
         if self.state.phase != "reading files":
@@ -173,9 +173,6 @@ class IndexMeter:
         self.state.chunks_total += chunks
         self.state.passages_total += passages
 
-    def read_all(self) -> None:
-        """Every file was read (``files_read`` counts the last one)."""
-        self.state.files_read = self.state.files_total
 
     def reused(self, chunks: int) -> None:
         """Chunks that need no embedding: kept, or a stored vector of the same text reused."""

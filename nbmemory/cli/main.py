@@ -92,10 +92,11 @@ def _settings(args: argparse.Namespace) -> Any:
     Option("--ns", help="namespace to index into (default: 'default')"),
 )
 def cmd_index(args: argparse.Namespace) -> int:
-    from nbmemory.progress import stderr_bar
+    from nbmemory.progress import index_bar
 
-    # The bar is drawn here even when the owner indexes: it sends its progress back.
-    with _memory(args) as mem, stderr_bar("indexing", not args.quiet) as bar:
+    # The bar is drawn here even when the owner indexes: it sends its progress back (phase,
+    # files, chunks and passages embedded, rate, time left).
+    with _memory(args) as mem, index_bar(not args.quiet) as bar:
         report = mem.index(*args.paths, namespace=args.ns, progress=bar)
     for path, reason in report.skipped:
         print(f"skipped {path}: {reason}", file=sys.stderr)

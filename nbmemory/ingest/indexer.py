@@ -229,7 +229,7 @@ class Indexer:
             path = str(file)
             report.files_seen += 1
             finished = report.files_seen - 1 - len(pending)
-            meter.reading(report.files_seen - 1, len(files), path, finished)
+            meter.reading(report.files_seen, len(files), path, finished)
             plan = self._plan(file, namespace, known.get(path), report)
             if plan is None:
                 continue
@@ -241,7 +241,6 @@ class Indexer:
                 pending, pending_chunks = [], 0
         if pending:
             self._commit(pending, namespace, report, finished=report.files_seen - len(pending))
-        meter.read_all()
 
     # -- planning: read, hash, chunk, redact ----------------------------------------------
     def _plan(

@@ -141,6 +141,12 @@ def _k(value: int | None, default: int) -> int:
     return k
 
 
+def _ids_line(ids: list[int], most: int = 20) -> str:
+    """``12, 13, 14``; past ``most`` ids, ``... and 480 more``."""
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(map(str, ids[:most])) + more
+
+
 def _words(words: list[str], what: str, example: str) -> str:
     text = " ".join(words).strip()
     if not text:
@@ -261,6 +267,8 @@ class MemoryMagics(Magics):
         self._memory: Memory | SharedMemory | None = None
         self._owns_memory = False
         self.index_job: WidgetIndexJob | None = None
+        #: What the last ``%memforget`` forgot: what ``%memforget --undo`` brings back.
+        self.forgotten: list[int] = []
         self.tune_job: TuneJob | None = None
         self._tune_show: Callable[..., None] | None = None
         self.last_result: SearchResult | None = None
@@ -493,20 +501,31 @@ class MemoryMagics(Magics):
     @argument("--path", help="forget everything from this file (or glob)")
     @argument("--ns", help="only in this namespace")
     @argument("--yes", action="store_true", help="with --query: really forget")
+    @argument(
+        "--undo",
+        action="store_true",
+        help="bring forgotten items back: the ids given, else what the last %%memforget here forgot",
+    )
     @line_magic
     def memforget(self, line: str) -> None:
         """Forget items by id, by the top hits of a query, or by source file (a soft delete).
 
         A forgotten item never shows up in results again; a forgotten file is not re-indexed.
-        ``--query`` first shows what would go; add ``--yes`` to forget it.
+        ``--query`` first shows what would go; add ``--yes`` to forget it. The store keeps what
+        is forgotten: ``--undo`` brings it back.
 
         Examples::
 
             %memforget 42 43
             %memforget --query "old vpn note" -k 2 --yes
             %memforget --path ~/notes/old.md
+            %memforget --undo
+            %memforget --undo 42
         """
         args = _parse(self.memforget, line)
+        if args.undo:
+            self._restore(args)
+            return
         given = sum(bool(x) for x in (args.ids, args.query, args.path))
         if given != 1:
             raise UsageError(
@@ -523,7 +542,26 @@ class MemoryMagics(Magics):
             ids = self.memory.forget(
                 args.ids or None, query=query, k=_k(args.k, 1), path=args.path, namespace=args.ns
             )
-        print(f"forgot {len(ids)} item(s)" + (f": {', '.join(map(str, ids[:20]))}" if ids else ""))
+        if ids:
+            self.forgotten = list(ids)
+        print(f"forgot {len(ids)} item(s)" + (f": {_ids_line(ids)} (undo: %memforget --undo)" if ids else ""))
+
+    def _restore(self, args: Any) -> None:
+        if args.query or args.path or args.yes:
+            raise UsageError(
+                "--undo takes item ids or nothing (e.g. %memforget --undo, %memforget --undo 42)"
+            )
+        ids = args.ids or self.forgotten
+        if not ids:
+            raise UsageError(
+                "nothing to undo: no %memforget ran in this kernel; give the ids (%memforget --undo 42)"
+            )
+        with _as_usage_errors():
+            restored = self.memory.restore(ids)
+        if not args.ids:
+            self.forgotten = []
+        shown = f": {_ids_line(restored)}" if restored else " (none of them was forgotten)"
+        print(f"restored {len(restored)} item(s){shown}")
 
     @magic_arguments()
     @argument("id", type=int, help="item id")

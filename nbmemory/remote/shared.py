@@ -284,6 +284,9 @@ def _prepare_forget(args: dict[str, Any]) -> None:
 _PREPARE: dict[str, Callable[[dict[str, Any]], None]] = {
     "index": lambda args: args.update(paths=tuple(_absolute(p) for p in args["paths"])),
     "forget": _prepare_forget,
+    "restore": lambda args: args.update(
+        item_id=args["item_id"] if isinstance(args["item_id"], int) else [int(i) for i in args["item_id"]]
+    ),
     "export": lambda args: args.update(out=_absolute(args["out"])),
     "remove_root": lambda args: args.update(path=_absolute(args["path"])),
 }
