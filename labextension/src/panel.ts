@@ -648,7 +648,11 @@ export class MemoryPanel extends Widget {
     const undo = el('button', 'jp-nbmemory-undo', 'Undo');
     undo.title = 'Bring this item back';
     row.append(
-      el('span', 'jp-nbmemory-undo-text', `Forgot ${locationLabel(hit)}`),
+      el(
+        'span',
+        'jp-nbmemory-undo-text',
+        `Forgot #${hit.id} · ${locationLabel(hit)}`
+      ),
       undo
     );
     const timer = window.setTimeout(() => row.remove(), UNDO_MS);

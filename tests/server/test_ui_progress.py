@@ -113,7 +113,7 @@ def test_forget_then_undo_brings_the_hit_back(page: Any, lab: Lab) -> None:
     first.locator(".jp-nbmemory-forget").click()
     undo_row = page.locator(f".jp-nbmemory-undo-row[data-id='{item_id}']")
     sync_api.expect(undo_row).to_be_visible(timeout=10_000)
-    sync_api.expect(undo_row).to_contain_text("Forgot")
+    sync_api.expect(undo_row).to_contain_text(f"Forgot #{item_id} · (remembered)")
     assert page.locator(f".jp-nbmemory-hit[data-id='{item_id}']").count() == 0
     page.locator("#nbmemory-sidebar").screenshot(path=str(SHOTS / "forget-undo.png"))
     # Forgotten in the server too: a search there misses it.
