@@ -175,8 +175,20 @@ def cmd_remember(args: argparse.Namespace) -> int:
     Option("--path", help="forget everything from this file (or glob)"),
     Option("--ns", help="only in this namespace"),
     Option("--yes", action="store_true", help="with --query: really forget"),
+    Option("--undo", action="store_true", help="bring the forgotten items with these ids back"),
 )
 def cmd_forget(args: argparse.Namespace) -> int:
+    if args.undo:
+        if not args.ids or args.query or args.path:
+            raise NbMemoryError(
+                "forget --undo needs the ids to bring back (e.g. nbmemory forget --undo 42 43)"
+            )
+        with _memory(args) as mem:
+            restored = mem.restore(args.ids)
+        print(
+            f"restored {len(restored)} item(s)" + (f": {', '.join(map(str, restored))}" if restored else "")
+        )
+        return 0
     given = sum(bool(x) for x in (args.ids, args.query, args.path))
     if given != 1:
         raise NbMemoryError("forget needs ids, or --query TEXT, or --path PATH (exactly one)")
@@ -188,6 +200,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
             return 0
         ids = mem.forget(args.ids or None, query=args.query, k=args.k, path=args.path, namespace=args.ns)
     print(f"forgot {len(ids)} item(s)" + (f": {', '.join(map(str, ids[:20]))}" if ids else ""))
+    if ids:
+        shown = " ".join(map(str, ids)) if len(ids) <= 20 else "ID..."
+        print(f"undo: nbmemory forget --undo {shown}")
     return 0
 
 
