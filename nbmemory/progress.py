@@ -29,6 +29,9 @@ PHASES = (
     "updating the search index",
     "done",
 )
+#: What reading, hashing and chunking a file costs, in chunk embeddings: 53 files read in 0.65 s
+#: against 41 chunks/s embedded on 2 cores (the sample corpus). A run of unchanged files moves too.
+FILE_WORK = 0.5
 #: Phases a cancel may stop: what they do is not written yet (a batch's passages and the index
 #: update come after its rows are committed, and finishing them is cheaper than repairing them).
 CANCELLABLE = ("starting", "loading the model", "reading files", "embedding chunks")
@@ -81,7 +84,8 @@ class IndexProgress:
             if self.files_read < self.files_total:
                 parts.append(f"files {self.files_read}/{self.files_total}")
         else:
-            parts = [f"{self.phase} ({self.elapsed:.0f} s)"]
+            # No count to show: the line is drawn once, when the phase begins.
+            parts = [f"{self.phase}…"]
         if self.phase in ("embedding chunks", "embedding passages") and self.rate:
             parts.append(f"{self.rate:.1f} {self.phase.split()[1]}/s")
         if self.seconds_left is not None and self.phase in (
@@ -173,7 +177,6 @@ class IndexMeter:
         self.state.chunks_total += chunks
         self.state.passages_total += passages
 
-
     def reused(self, chunks: int) -> None:
         """Chunks that need no embedding: kept, or a stored vector of the same text reused."""
         self.state.chunks_done += chunks
@@ -225,13 +228,13 @@ class IndexMeter:
         scale = s.files_total / s.files_read if 0 < s.files_read < s.files_total else 1.0
         chunks = max(s.chunks_total * scale, s.chunks_done)
         passages = max(s.passages_total * scale, s.passages_done)
-        work = chunks + passages
+        work = FILE_WORK * s.files_total + chunks + passages
         if s.phase == "done":
             s.fraction = 1.0
         elif work:
-            s.fraction = min(1.0, (s.chunks_done + s.passages_done) / work)
+            s.fraction = min(1.0, (FILE_WORK * s.files_read + s.chunks_done + s.passages_done) / work)
         else:
-            s.fraction = s.files_read / s.files_total if s.files_total else 0.0
+            s.fraction = 0.0
         if s.phase == "done" or chunk_rate is None or passage_rate is None:
             s.seconds_left = None if s.phase != "done" else 0.0
         else:

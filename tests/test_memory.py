@@ -389,7 +389,9 @@ def test_index_time_is_the_wall_time_of_the_whole_call(
     notes.mkdir()
     for i in range(3):
         # Prose past one window (400 characters): its passages are embedded too.
-        prose = " ".join(f"Step {j} of kafka lag runbook {i} pages the on-call engineer at night." for j in range(9))
+        prose = " ".join(
+            f"Step {j} of kafka lag runbook {i} pages the on-call engineer at night." for j in range(9)
+        )
         (notes / f"n{i}.md").write_text(f"# Note {i}\n\n{prose}\n")
     # The model's load and the index update after the write take time the report must count.
     pause = 0.2

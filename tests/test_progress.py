@@ -42,7 +42,7 @@ def test_counts_rate_and_time_left_while_embedding(clock: Clock) -> None:
     # 10 chunks in 2 s; the two files not read yet are expected to hold as much as the two read:
     # 40 chunks and 20 passages in all, passages at the chunks' rate until one is measured.
     assert snap.rate == pytest.approx(5.0)
-    assert snap.fraction == pytest.approx(10 / 60)
+    assert snap.fraction == pytest.approx((0.5 * 2 + 10) / (0.5 * 4 + 60))
     assert snap.seconds_left == pytest.approx((40 - 10) / 5 + 20 / 5)
     assert snap.elapsed == pytest.approx(4.0)
     assert snap.text() == "embedding chunks 10/20 · files 2/4 · 5.0 chunks/s · about 10 s left"
@@ -65,7 +65,7 @@ def test_passages_get_their_own_rate_and_the_total_drops_to_what_needs_a_pass(cl
     assert (snap.passages_done, snap.passages_total) == (3, 6)
     assert snap.rate == pytest.approx(3.0)  # passages/s, not the chunks' 2/s
     assert snap.seconds_left == pytest.approx(3 / 3.0)
-    assert snap.fraction == pytest.approx(13 / 16)
+    assert snap.fraction == pytest.approx((0.5 + 13) / (0.5 + 16))
     assert snap.text() == "embedding passages 3/6 · 3.0 passages/s · about 1 s left"
 
 
@@ -78,18 +78,23 @@ def test_reused_chunks_count_as_done_but_not_towards_the_rate(clock: Clock) -> N
     clock.now = 2.0
     meter.chunks_step(4)
     snap = meter.snapshot()
-    assert snap.chunks_done == 10 and snap.fraction == 1.0
+    assert snap.chunks_done == 10 and snap.fraction == 1.0  # the one file read, its chunks embedded
     assert snap.rate == pytest.approx(2.0)
 
 
-def test_phases_without_counts_say_how_long_they_have_run(clock: Clock) -> None:
+def test_phases_without_counts_say_only_their_name(clock: Clock) -> None:
     meter = IndexMeter(clock=clock, started=0.0)
     meter.phase("loading the model")
     clock.now = 7.4
     snap = meter.snapshot()
-    assert snap.text() == "loading the model (7 s)" and snap.fraction == 0.0 and snap.seconds_left is None
+    assert snap.text() == "loading the model…" and snap.fraction == 0.0 and snap.seconds_left is None
+    assert snap.elapsed == 7.4
     meter.reading(3, 53, "/notes/deploy.md", 0)
     assert meter.snapshot().text() == "reading files 3/53 · deploy.md"
+    # Unchanged files (nothing to embed) move the bar too, without a jump back once work shows.
+    assert meter.snapshot().fraction == pytest.approx(3 / 53)
+    meter.planned(10, 0)
+    assert meter.snapshot().fraction == pytest.approx(0.5 * 3 / (0.5 * 53 + 10 * 53 / 3))
 
 
 def test_the_end_says_done_with_the_time_it_is_given(clock: Clock) -> None:
@@ -98,7 +103,7 @@ def test_the_end_says_done_with_the_time_it_is_given(clock: Clock) -> None:
     meter.reading(2, 2, "/b.md", 1)
     clock.now = 20.0
     meter.phase("updating the search index")
-    assert calls[-1]["text"] == "updating the search index (20 s)"
+    assert calls[-1]["text"] == "updating the search index…"
     clock.now = 23.4
     meter.finish(files=2, chunks=7, seconds=23.4)
     assert calls[-1]["phase"] == "done" and calls[-1]["fraction"] == 1.0
@@ -108,7 +113,11 @@ def test_the_end_says_done_with_the_time_it_is_given(clock: Clock) -> None:
 
 
 def test_long_times_left_read_in_minutes(clock: Clock) -> None:
-    assert IndexProgress("embedding chunks", 1, 1, 1, 9, seconds_left=754).text().endswith("about 12 min 34 s left")
+    assert (
+        IndexProgress("embedding chunks", 1, 1, 1, 9, seconds_left=754)
+        .text()
+        .endswith("about 12 min 34 s left")
+    )
     assert "1 h 05 min" in IndexProgress("embedding chunks", seconds_left=3900).text()
 
 
