@@ -50,15 +50,19 @@ class MemoryAPI(Protocol):
         self,
         *paths: str | os.PathLike[str],
         namespace: str | None = None,
-        progress: Callable[[int, int, str], None] | None = None,
+        progress: Callable[..., None] | None = None,
     ) -> IndexReport:
         """Index files and folders (markdown, notebooks, code, text, PDF, DOCX, HTML), incrementally.
 
         Unchanged files are skipped by mtime and size, then by content hash; removed files
         lose their chunks; bad files are skipped with a message in ``report.skipped``.
-        ``progress(done, total, path)`` is called as files are read (only in the owner's
-        process: a callback cannot cross to another process). An indexed folder is remembered
-        as a root (:meth:`roots`) that the live indexer keeps current.
+        ``progress(done, total, path, snapshot)`` is called as the run goes: files finished
+        (embedded and written) of all files, the file at hand, and a dict of
+        :class:`nbmemory.progress.IndexProgress` (phase, files read, chunks and passages
+        embedded, rate, time left, the line that says so); a callback that takes only the first
+        three gets those. A client's callback runs in its own process, from what the owner sends.
+        ``report.seconds`` is the wall time of the whole call, the model's load included. An
+        indexed folder is remembered as a root (:meth:`roots`) that the live indexer keeps current.
         """
         ...
 
@@ -145,7 +149,16 @@ class MemoryAPI(Protocol):
         """Forget items by id, by the top ``k`` hits of ``query``, or by source ``path`` (a glob).
 
         Forgotten items are soft-deleted (the row records when and why) and never returned by
-        search again; a forgotten file is not re-indexed. Returns the ids forgotten.
+        search again; a forgotten file is not re-indexed. Returns the ids forgotten;
+        :meth:`restore` brings them back.
+        """
+        ...
+
+    def restore(self, item_id: int | Iterable[int]) -> list[int]:
+        """Bring forgotten items back (the undo of :meth:`forget`): they are searchable again,
+        with their text, tags, importance and counters as they were, and a file they came from
+        is indexed again when it changes. Returns the ids restored (items not forgotten are left
+        as they are); raises :class:`NotFoundError` for an id never stored.
         """
         ...
 

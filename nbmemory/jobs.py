@@ -22,6 +22,8 @@ from concurrent.futures import Executor
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
+from nbmemory.progress import CANCELLABLE, IndexProgress, done_text
+
 if TYPE_CHECKING:
     from nbmemory.api import MemoryAPI
     from nbmemory.ingest.indexer import IndexReport
@@ -141,7 +143,9 @@ class IndexJob:
     note:
         A line the summary starts with (``%memindex`` says which notebook it indexes).
     on_progress:
-        Called with the job after each file it reads (in the job's thread): a progress bar.
+        Called with the job after each step of the run (in the job's thread): a progress bar.
+        ``job.snapshot`` holds the run's :class:`~nbmemory.progress.IndexProgress` as a dict,
+        its line under ``text``.
     on_end:
         Called once with the job when the run ends, however it ends.
     """
@@ -163,6 +167,8 @@ class IndexJob:
         self.files_done = 0
         self.files_total = 0
         self.current: str | None = None
+        #: The latest :class:`~nbmemory.progress.IndexProgress` of the run, as a dict.
+        self.snapshot: dict[str, Any] = IndexProgress(phase="queued").to_dict()
         self.report: IndexReport | None = None
         self.error: BaseException | None = None
         self.started = time.time()
@@ -170,6 +176,7 @@ class IndexJob:
         self._on_progress = on_progress
         self._on_end = on_end
         self._cancel = threading.Event()
+        self._clock = time.perf_counter()
         self._ended = threading.Event()
         self._ended.set()  # nothing is running until run() or start()
 
@@ -186,11 +193,20 @@ class IndexJob:
         """Stop before the next file (what is committed stays)."""
         self._cancel.set()
 
-    def progress(self, done: int, total: int, path: str) -> None:
-        """Indexer callback: record how far it is, and stop here when cancelled."""
-        if self._cancel.is_set():
+    def progress(self, done: int, total: int, path: str, snapshot: dict[str, Any] | None = None) -> None:
+        """Indexer callback: record how far it is, and stop here when cancelled (only before
+        a batch is written: its passages and the index update are finished, not cut off)."""
+        if self._cancel.is_set() and (snapshot is None or snapshot.get("phase") in CANCELLABLE):
             raise IndexCancelled(f"cancelled at {done} of {total} files")
         self.files_done, self.files_total, self.current = done, total, path
+        if snapshot is not None:
+            self.snapshot = snapshot
+        if self._on_progress is not None:
+            self._on_progress(self)
+
+    def _show(self, phase: str) -> None:
+        """A step the memory does not report: opening it."""
+        self.snapshot = IndexProgress(phase=phase, elapsed=time.perf_counter() - self._clock).to_dict()
         if self._on_progress is not None:
             self._on_progress(self)
 
@@ -202,13 +218,22 @@ class IndexJob:
         """
         self.state = "running"
         self._ended.clear()
+        self._clock = time.perf_counter()
         try:
             if self._cancel.is_set():
                 raise IndexCancelled("cancelled before it started")
             if not hasattr(memory, "index"):
+                self._show("opening the memory")
                 memory = memory()
-            self.report = memory.index(*self.paths, namespace=self.namespace, progress=self.progress)
-            self.files_done = self.files_total = max(self.files_total, self.report.files_seen)
+            report = memory.index(*self.paths, namespace=self.namespace, progress=self.progress)
+            # The run's time is the wall time of this call, opening the memory included.
+            report.seconds = max(report.seconds, time.perf_counter() - self._clock)
+            self.report = report
+            self.files_done = self.files_total = max(self.files_total, report.files_seen)
+            done = IndexProgress.from_dict(self.snapshot)
+            done.phase, done.fraction, done.seconds_left, done.elapsed = "done", 1.0, 0.0, report.seconds
+            done.final = done_text(report.files_seen, report.chunks_added, report.seconds)
+            self.snapshot = done.to_dict()
             self.state = "done"
         except (KeyboardInterrupt, IndexCancelled):
             self.state = "cancelled"
@@ -276,6 +301,8 @@ class IndexJob:
             "done": self.files_done,
             "total": self.files_total,
             "current": relative(self.current) if self.current else None,
+            # Phase, counts, rate, time left, fraction and its line (``text``); paths as above.
+            "progress": {**self.snapshot, "current": relative(self.snapshot.get("current"))},
             "report": report,
             "error": error if self.state != "cancelled" else "cancelled",
             "started": self.started,

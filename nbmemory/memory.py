@@ -29,7 +29,7 @@ from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
-from nbmemory.progress import stderr_bar
+from nbmemory.progress import IndexMeter, fitted, index_bar
 from nbmemory.search import nearmiss, reject
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.pipeline import MAX_K, SearchPipeline
@@ -129,32 +129,35 @@ class Memory:
         self,
         *paths: str | os.PathLike[str],
         namespace: str | None = None,
-        progress: Callable[[int, int, str], None] | None = None,
+        progress: Callable[..., None] | None = None,
     ) -> IndexReport:
+        started = time.perf_counter()
         if not paths:
             raise ConfigError("index needs at least one file or folder")
-        self._require_model_match()  # a model change re-embeds here, before the write begins
-        with self._model.use.writing(), stderr_bar("indexing", self.show_progress) as bar:
-            embedder = self._require_model_match()
-            max_bytes = int(self.settings.max_file_mb * 1e6)
-            indexer = Indexer(
-                self.db,
-                embedder,
-                max_bytes,
-                progress=progress or bar,
-                log=self._log,
-                passages=self.settings.passages,
-            )
-            report = indexer.run(paths, namespace or self.settings.namespace)
-        for folder in (Path(p).expanduser().absolute() for p in paths):
-            # A name too long for the system raises here; the report says it was skipped.
-            with contextlib.suppress(OSError):
-                if folder.is_dir():
-                    root_rows.add(self.db, folder, namespace or self.settings.namespace)
-        self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
-        if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
-            # Measured here (about a second) rather than by the first search without a clear answer.
-            nearmiss.near_miss(self.db, embedder)
+        with index_bar(self.show_progress and progress is None) as bar:
+            meter = IndexMeter(fitted(progress) if progress is not None else bar, started=started)
+            meter.phase("loading the model")
+            self._require_model_match()  # a model change re-embeds here, before the write begins
+            with self._model.use.writing():
+                embedder = self._require_model_match()
+                max_bytes = int(self.settings.max_file_mb * 1e6)
+                indexer = Indexer(
+                    self.db, embedder, max_bytes, meter=meter, log=self._log, passages=self.settings.passages
+                )
+                report = indexer.run(paths, namespace or self.settings.namespace)
+            meter.phase("updating the search index")
+            for folder in (Path(p).expanduser().absolute() for p in paths):
+                # A name too long for the system raises here; the report says it was skipped.
+                with contextlib.suppress(OSError):
+                    if folder.is_dir():
+                        root_rows.add(self.db, folder, namespace or self.settings.namespace)
+            self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
+            if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
+                # Measured here (about a second) rather than by the first search without a clear answer.
+                nearmiss.near_miss(self.db, embedder)
+            # The wall time of the whole call: the model's load and the index update included.
+            report.seconds = time.perf_counter() - started
+            meter.finish(report.files_seen, report.chunks_added, report.seconds)
         return report
 
     def _after_bulk_write(self, written: int, deleted: int) -> None:
@@ -332,6 +335,23 @@ class Memory:
         if not vectors.maybe_rebuild(self.db) and count >= COMPACT_AFTER_DELETES:
             vectors.compact_index(self.db)
         return ids if count else []
+
+    def restore(self, item_id: int | Iterable[int]) -> list[int]:
+        ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
+        item_rows.require_ids(self.db, ids)
+        rows = chunk_rows.forgotten(self.db, ids)
+        if not rows:
+            return []
+        self._require_model_match()  # a model change re-embeds here, before the write begins
+        with self._model.use.writing():
+            embedder = self._require_model_match()
+            # soft_delete dropped their vectors: the text row is all that was kept.
+            vecs = embedder.embed_documents([chunk_rows.embedding_text(h, t) for _, h, t, _, _ in rows])
+            with self.db.transaction():
+                chunk_rows.restore(self.db, [r[0] for r in rows], vecs)
+            self._model.fill_passages(embedder, [(digest, h, t, kind) for _, h, t, kind, digest in rows])
+        vectors.maybe_rebuild(self.db)
+        return [r[0] for r in rows]
 
     def link(self, src: int, dst: int, type: str = "related", note: str | None = None) -> None:
         item_rows.check_link(src, dst, type)

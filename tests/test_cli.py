@@ -104,9 +104,14 @@ def test_cli_round_trip(tmp_path: Path, run: Run) -> None:
     out = run("search", "vpn deploys", "--explain", home=home)
     assert "[bm25]" in out.stdout and "[vector]" in out.stdout and "[convex]" in out.stdout
 
-    assert run("forget", str(item_id), home=home).returncode == 0
+    out = run("forget", str(item_id), home=home)
+    assert out.returncode == 0 and f"undo: nbmemory forget --undo {item_id}" in out.stdout
     out = run("search", "staging subnet", "--json", home=home)
     assert item_id not in [h["id"] for h in json.loads(out.stdout)["hits"]]
+    assert run("forget", "--undo", str(item_id), home=home).stdout == f"restored 1 item(s): {item_id}\n"
+    out = run("search", "staging subnet", "--json", home=home)
+    assert item_id == json.loads(out.stdout)["hits"][0]["id"]
+    assert run("forget", str(item_id), home=home).returncode == 0
 
     out = run("stats", "--json", home=home)
     stats = json.loads(out.stdout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -341,6 +342,9 @@ def test_memsearch_finds_a_paraphrase_with_the_real_model(
         ("memforget", "", "exactly one of"),
         ("memforget", "1 --path x.md", "exactly one of"),
         ("memforget", "999", "no item with id 999"),
+        ("memforget", "--undo --path x.md", "--undo takes item ids or nothing"),
+        ("memforget", "--undo", "nothing to undo"),
+        ("memforget", "--undo 999", "no item with id 999"),
         ("remember", "--tag ops", "nothing to remember"),
         ("remember", "--importance 2 vpn", "importance must be between 0 and 1"),
         ("memcontext", "vpn --budget 0", "positive number of tokens"),
@@ -398,6 +402,32 @@ def test_memforget_by_id_by_query_and_by_path(
     ip.run_line_magic("memforget", f"--path {notes / 'note0.md'}")
     assert "forgot" in capsys.readouterr().out
     assert fake_mem.stats()["items"] == 1
+
+
+def test_memforget_says_how_to_undo_and_undo_brings_the_items_back(
+    ip: InteractiveShell, fake_mem: Memory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes = write_notes(tmp_path / "notes", 2)
+    fake_mem.index(notes)
+    query = "Kafka consumer lag runbook number 0"
+    source = str(notes / "note0.md")
+    ip.run_line_magic("memforget", f"--path {source}")
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"forgot 1 item\(s\): \d+ \(undo: %memforget --undo\)\n", out), out
+    assert source not in [h.source for h in fake_mem.search(query, k=5).hits]
+    ip.run_line_magic("memforget", "--undo")
+    assert re.fullmatch(r"restored 1 item\(s\): \d+\n", capsys.readouterr().out)
+    assert fake_mem.search(query, k=5).hits[0].source == source
+    # Undone once: nothing is left to undo here, but ids still name what to bring back.
+    with pytest.raises(UsageError, match="nothing to undo"):
+        ip.run_line_magic("memforget", "--undo")
+    item = fake_mem.remember("old vpn note about the gateway")
+    ip.run_line_magic("memforget", str(item.id))
+    capsys.readouterr()
+    ip.run_line_magic("memforget", f"--undo {item.id}")
+    assert capsys.readouterr().out == f"restored 1 item(s): {item.id}\n"
+    ip.run_line_magic("memforget", f"--undo {item.id}")
+    assert capsys.readouterr().out == "restored 0 item(s) (none of them was forgotten)\n"
 
 
 def test_memget_memupdate_memlink_memrelated_memstats(
@@ -473,7 +503,10 @@ def test_memindex_indexes_paths_with_a_progress_widget(
         ip.run_line_magic("memindex", f"{notes} --ns work")
     job = magics_of(ip).index_job
     assert job is not None and job.report is not None and job.report.files_changed == 3
-    assert job._bar.value == job._bar.max == 3 and job._bar.bar_style == "success"
+    assert job._bar.value == job._bar.max and job._bar.bar_style == "success"
+    # Said when it is over: the bar's word and the first line of the report.
+    assert job._bar.description == "done"
+    assert re.search(r"done — 3 files, 3 chunks in \d+\.\d s", job.label.value)
     # One display (the widget) and one report (its label): nothing printed besides.
     assert [list(o.data) for o in cap.outputs] == [["text/plain", "application/vnd.jupyter.widget-view+json"]]
     assert cap.stdout == "" and cap.stderr == ""
@@ -503,9 +536,9 @@ def test_memindex_bar_counts_the_embedding(
     original = WidgetIndexJob.progress
     embed = fake_mem.embedder.embed_documents
 
-    def record(self: WidgetIndexJob, done: int, total: int, path: str) -> None:
+    def record(self: WidgetIndexJob, done: int, total: int, path: str, snapshot: Any = None) -> None:
         seen.append((done, total))
-        original(self, done, total, path)
+        original(self, done, total, path, snapshot)
 
     def counting_embed(texts: Any, progress: Any = None) -> Any:
         # What the bar showed when the embedding started: every file read, none embedded yet.

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -346,6 +348,83 @@ def test_forget_by_query_and_path(fake_mem: Memory, tmp_path: Path) -> None:
         fake_mem.forget()
     with pytest.raises(NotFoundError):
         fake_mem.forget(999999)
+
+
+def test_restore_brings_forgotten_items_back_to_both_retrievers(fake_mem: Memory, tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nalpha bravo charlie. Second sentence about delta.\n")
+    fake_mem.index(root)
+    old = fake_mem.remember("zulu yankee xray, the staging password rotation")
+    fake_mem.forget(old.id)
+    # Forgotten before this snapshot of the full-text index (which covers it): the other after it.
+    fts.rebuild(fake_mem.db)
+    new = fake_mem.remember("whiskey victor uniform, the kafka lag runbook")
+    from_file = fake_mem.forget(path=str(root / "a.md"))
+    fake_mem.forget(new.id)
+    for query in ("zulu yankee xray", "whiskey victor uniform", "alpha bravo charlie"):
+        assert not fake_mem.search(query, k=3).hits, query
+
+    restored = fake_mem.restore([old.id, new.id, *from_file])
+    assert restored == sorted([old.id, new.id, *from_file])
+    for query, item_id in (("zulu yankee xray", old.id), ("whiskey victor uniform", new.id)):
+        top = fake_mem.search(query, k=3).hits[0]
+        assert top.id == item_id and {"bm25", "vector"} <= set(top.ranks), (query, top.ranks)
+    assert fake_mem.get(old.id).text == old.text
+    assert fake_mem.search("alpha bravo charlie", k=3).hits[0].id in from_file
+    assert fake_mem.doctor().ok
+    # Items not forgotten are left as they are; an id never stored is an error.
+    assert fake_mem.restore(old.id) == []
+    with pytest.raises(NotFoundError, match="no item with id 999999"):
+        fake_mem.restore([old.id, 999999])
+    # The file is no longer forgotten: an edit is indexed again.
+    (root / "a.md").write_text("# A\n\nalpha bravo charlie, edited.\n")
+    assert fake_mem.index(root).files_changed == 1
+
+
+def test_index_time_is_the_wall_time_of_the_whole_call(
+    fake_mem: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(3):
+        # Prose past one window (400 characters): its passages are embedded too.
+        prose = " ".join(
+            f"Step {j} of kafka lag runbook {i} pages the on-call engineer at night." for j in range(9)
+        )
+        (notes / f"n{i}.md").write_text(f"# Note {i}\n\n{prose}\n")
+    # The model's load and the index update after the write take time the report must count.
+    pause = 0.2
+    load, update = fake_mem._require_model_match, fake_mem._after_bulk_write
+
+    def slow_load() -> Any:
+        time.sleep(pause)
+        return load()
+
+    def slow_update(*args: Any) -> None:
+        time.sleep(pause)
+        update(*args)
+
+    monkeypatch.setattr(fake_mem, "_require_model_match", slow_load)
+    monkeypatch.setattr(fake_mem, "_after_bulk_write", slow_update)
+    snapshots: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    report = fake_mem.index(notes, progress=lambda done, total, path, snap: snapshots.append(snap))
+    wall = time.perf_counter() - started
+    assert 3 * pause <= report.seconds <= wall
+    assert report.seconds >= wall - 0.5  # only the call's own entry and return are outside it
+    phases = [s["phase"] for s in snapshots]
+    assert list(dict.fromkeys(phases)) == [
+        "loading the model",
+        "reading files",
+        "embedding chunks",
+        "embedding passages",
+        "updating the search index",
+        "done",
+    ]
+    assert snapshots[-1]["text"] == f"done — 3 files, 3 chunks in {report.seconds:.1f} s"
+    assert snapshots[-1]["chunks_done"] == snapshots[-1]["chunks_total"] == 3
+    assert snapshots[-1]["passages_done"] == snapshots[-1]["passages_total"] == report.passages_embedded > 0
 
 
 def test_bad_arguments_raise_clear_errors(fake_mem: Memory) -> None:

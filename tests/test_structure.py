@@ -153,6 +153,7 @@ def test_every_operation_is_reachable_through_connect_with_the_declared_signatur
             "related": lambda m: other.id in [h.id for h in m.related(item.id, k=3)],
             "search": lambda m: item.id in m.search("staging database", k=3).ids,
             "forget": lambda m: m.forget(query="polars lazy frames", k=1) != [],
+            "restore": lambda m: m.restore(iter(m.forget(other.id))) == [other.id],
             "stats": lambda m: m.stats()["role"] == "client",
             "doctor": lambda m: m.doctor().ok,
             "export": lambda m: m.export(tmp_path / "out.jsonl") >= 3,

@@ -124,6 +124,25 @@ def test_forget_button_removes_the_item_from_results_and_memory(
     assert "forgot" in explorer.status_line.value
 
 
+def test_undo_after_forget_brings_the_item_back_and_then_goes_away(
+    explorer: MemoryExplorer, filled: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    explorer.query = "vpn"
+    gone = explorer.rows[0].hit.id
+    assert explorer.undo_button.layout.display == "none"
+    explorer.rows[0].forget_button.click()
+    assert explorer.undo_button.layout.display != "none" and explorer.forgotten == [gone]
+    explorer.undo_button.click()
+    assert gone in [row.hit.id for row in explorer.rows]
+    assert "restored #" in explorer.status_line.value and explorer.undo_button.layout.display == "none"
+    assert gone in filled.search("vpn").ids
+    # The offer lasts UNDO_SECONDS; then the button goes.
+    monkeypatch.setattr("nbmemory.jupyter.widgets.UNDO_SECONDS", 0.05)
+    explorer.rows[0].forget_button.click()
+    wait_for(lambda: explorer.undo_button.layout.display == "none")
+    assert explorer.forgotten == [] and explorer.undo() == []
+
+
 def test_pin_and_raise_importance_buttons(explorer: MemoryExplorer, filled: Memory) -> None:
     explorer.query = "kafka lag"
     row = explorer.rows[0]

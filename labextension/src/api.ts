@@ -49,6 +49,25 @@ export interface IItem {
   tags: string[];
 }
 
+/** How far an index run is: `IndexProgress` of `nbmemory/progress.py`, one source for every front end. */
+export interface IIndexProgress {
+  /** `loading the model`, `reading files`, `embedding chunks`, `embedding passages`, `done`... */
+  phase: string;
+  files_read: number;
+  files_total: number;
+  chunks_done: number;
+  chunks_total: number;
+  passages_done: number;
+  passages_total: number;
+  /** Chunks (or passages) embedded per second; null until measured. */
+  rate: number | null;
+  seconds_left: number | null;
+  /** How much of the work that takes time is done, 0 to 1. */
+  fraction: number;
+  /** The state in one line, e.g. `embedding chunks 120/370 · 12.1 chunks/s · about 25 s left`. */
+  text: string;
+}
+
 export interface IIndexJob {
   id: string;
   state: 'queued' | 'running' | 'done' | 'error';
@@ -57,7 +76,8 @@ export interface IIndexJob {
   current: string | null;
   paths: string[];
   error: string | null;
-  report: { summary: string } | null;
+  progress: IIndexProgress;
+  report: { summary: string; seconds: number } | null;
 }
 
 /** A tuning run, as `POST /nbmemory/tune` and `GET /nbmemory/tune/<job>` return it. */
@@ -203,6 +223,14 @@ export function forgetItem(id: number): Promise<{ forgotten: number[] }> {
   return requestAPI(`items/${id}`, { method: 'DELETE' });
 }
 
+/** Bring forgotten items back (the undo of a forget); answers the ids restored. */
+export function restoreItems(ids: number[]): Promise<{ restored: number[] }> {
+  return requestAPI('restore', {
+    method: 'POST',
+    body: JSON.stringify({ ids })
+  });
+}
+
 export function startIndex(
   paths: string[],
   namespace?: string
@@ -220,10 +248,11 @@ export function indexJob(id: string): Promise<IIndexJob> {
 /** Poll an index job until it ends; `onProgress` sees every intermediate state. */
 export async function waitForJob(
   job: IIndexJob,
-  onProgress?: (job: IIndexJob) => void
+  onProgress?: (job: IIndexJob) => void,
+  intervalMs = 500
 ): Promise<IIndexJob> {
   while (job.state === 'queued' || job.state === 'running') {
-    await new Promise(resolve => setTimeout(resolve, 500));
+    await new Promise(resolve => setTimeout(resolve, intervalMs));
     job = await indexJob(job.id);
     onProgress?.(job);
   }
@@ -282,6 +311,21 @@ export function tuneLine(job: ITuneJob): string {
   return report.adopted
     ? `Adopted ${report.version}: ${report.reason}`
     : report.reason;
+}
+
+/**
+ * An index run in one line: the server's progress line while it runs (`embedding chunks 120/370 ·
+ * 12.1 chunks/s · about 25 s left`), `done — 53 files, 370 chunks in 23.4 s` at the end, or why
+ * it failed.
+ */
+export function indexLine(job: IIndexJob): string {
+  if (job.state === 'error') {
+    return `Indexing failed: ${job.error}`;
+  }
+  if (job.state === 'queued') {
+    return 'Indexing: waiting for the run before it';
+  }
+  return job.progress.text;
 }
 
 /** `bm25 #2 · vector #5`: the rank each retriever gave a hit. */

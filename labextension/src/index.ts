@@ -21,6 +21,7 @@ namespace CommandIDs {
   export const rememberSelection = 'nbmemory:remember-selection';
   export const rememberCell = 'nbmemory:remember-cell';
   export const indexNotebook = 'nbmemory:index-notebook';
+  export const index = 'nbmemory:index';
   export const searchSelection = 'nbmemory:search-selection';
   export const tune = 'nbmemory:tune';
 }
@@ -247,8 +248,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       panel.defaultNamespace || undefined;
 
     const indexPath = async (path: string, quiet = false): Promise<void> => {
-      const job = await startIndex([path], namespace());
-      const done = await waitForJob(job);
+      // Asked for: followed in the sidebar (bar, counts, rate, time left). A save's run is quiet.
+      const done = quiet
+        ? await waitForJob(await startIndex([path], namespace()))
+        : await panel.index(path, namespace());
       if (done.state === 'error') {
         Notification.error(`Indexing ${path} failed: ${done.error}`);
       } else if (!quiet) {
@@ -259,7 +262,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           }
         );
       }
-      if (panel.query) {
+      if (quiet && panel.query) {
         await panel.refresh();
       }
     };
@@ -326,6 +329,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
           await current.context.save();
           await indexPath(current.context.path);
         }
+      }
+    });
+    app.commands.addCommand(CommandIDs.index, {
+      label: 'Index a folder or file',
+      caption:
+        'Index a path relative to the server root (args.path; default: the path in the sidebar, else the root), following the run in the Memory sidebar',
+      execute: async args => {
+        app.shell.activateById(panel.id);
+        const path =
+          typeof args.path === 'string' && args.path
+            ? args.path
+            : panel.indexPathValue || '.';
+        await indexPath(path);
       }
     });
     app.commands.addCommand(CommandIDs.searchSelection, {

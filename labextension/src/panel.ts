@@ -4,6 +4,7 @@ import { Widget } from '@lumino/widgets';
 import {
   APIError,
   IHit,
+  IIndexJob,
   ISearchResult,
   ITuneJob,
   ITuneOptions,
@@ -11,17 +12,25 @@ import {
   currentTune,
   formatRanks,
   forgetItem,
+  indexLine,
   locationLabel,
+  restoreItems,
   search,
+  startIndex,
   startTune,
   tuneJob,
   tuneLine,
   updateItem,
+  waitForJob,
   waitForTune
 } from './api';
 
 const KINDS = ['', 'markdown', 'notebook', 'code', 'text', 'memory'];
 const DEBOUNCE_MS = 300;
+/** How long a forgotten hit's Undo stays (the explorer widget's lasts as long). */
+export const UNDO_MS = 10_000;
+/** How often a running index job is asked how far it is. */
+const INDEX_POLL_MS = 400;
 
 export interface IPanelOptions {
   /** Open a hit: its file, or its notebook at the cell. */
@@ -46,8 +55,8 @@ function el<K extends keyof HTMLElementTagNameMap>(
 
 /**
  * The Memory sidebar: a search box with live results, filters, an explain view,
- * per-hit actions (forget, pin, raise importance) and a "Tune model" button with its options and
- * status line.
+ * per-hit actions (forget with an Undo, pin, raise importance), an "Index" row that follows a run
+ * (bar, counts, rate, time left) and a "Tune model" button with its options and status line.
  */
 export class MemoryPanel extends Widget {
   topK = 10;
@@ -147,8 +156,103 @@ export class MemoryPanel extends Widget {
       this._status,
       this._results,
       this._explain,
+      this._indexRow(),
       tune
     );
+  }
+
+  /** The "Index" row: a path, its button, and the run's bar and line while it goes. */
+  private _indexRow(): HTMLDivElement {
+    const row = el('div', 'jp-nbmemory-index');
+    const form = el('div', 'jp-nbmemory-index-form');
+    this._indexPath = el('input', 'jp-nbmemory-index-path');
+    this._indexPath.type = 'text';
+    this._indexPath.placeholder = 'folder or file to index';
+    this._indexPath.setAttribute('aria-label', 'Folder or file to index');
+    this._indexPath.title =
+      'A path relative to the server root; empty: the whole root';
+    // The row's own line says why a run could not start: nothing more to do with the error.
+    const start = () =>
+      void this.index(this._indexPath.value.trim() || '.').catch(() => null);
+    this._indexPath.addEventListener('keydown', event => {
+      if (event.key === 'Enter') {
+        start();
+      }
+    });
+    this._indexButton = el('button', 'jp-nbmemory-index-button', 'Index');
+    this._indexButton.title =
+      'Index this folder or file into the memory (only what changed is embedded again)';
+    this._indexButton.addEventListener('click', start);
+    form.append(this._indexPath, this._indexButton);
+    this._indexBar = el('progress', 'jp-nbmemory-index-bar');
+    this._indexBar.max = 1;
+    this._indexBar.value = 0;
+    this._indexBar.hidden = true;
+    this._indexStatus = el('div', 'jp-nbmemory-index-status');
+    this._indexStatus.setAttribute('role', 'status');
+    row.append(form, this._indexBar, this._indexStatus);
+    return row;
+  }
+
+  /** The path typed in the "Index" row. */
+  get indexPathValue(): string {
+    return this._indexPath.value.trim();
+  }
+
+  /** Whether an index run shown here is going on. */
+  get indexing(): boolean {
+    return this._indexButton.disabled;
+  }
+
+  /**
+   * Index a path (relative to the server root) in the server and follow the run here until it
+   * ends: the bar is the share of the work done (chunks and passages embedded), the line the
+   * server's (phase, counts, rate, time left), then `done — N files, M chunks in T s`. Resolves
+   * with the ended job; rejects when the run could not start.
+   */
+  async index(path: string, namespace?: string): Promise<IIndexJob> {
+    this._indexButton.disabled = true;
+    this._indexBar.hidden = false;
+    this._indexBar.removeAttribute('value'); // indeterminate until the server answers
+    this._setIndexStatus(`Indexing ${path}: starting`);
+    try {
+      const job = await waitForJob(
+        await startIndex(
+          [path],
+          namespace || this.defaultNamespace || undefined
+        ),
+        running => this._showIndex(running),
+        INDEX_POLL_MS
+      );
+      this._showIndex(job);
+      if (job.state === 'done' && this.query) {
+        await this.refresh();
+      }
+      return job;
+    } catch (error) {
+      this._indexBar.hidden = true;
+      this._setIndexStatus(
+        `Indexing ${path} failed: ${(error as Error).message}`,
+        true
+      );
+      throw error;
+    } finally {
+      this._indexButton.disabled = false;
+    }
+  }
+
+  private _showIndex(job: IIndexJob): void {
+    this._indexBar.value = job.state === 'done' ? 1 : job.progress.fraction;
+    this._indexBar.classList.toggle('jp-mod-done', job.state === 'done');
+    this._setIndexStatus(indexLine(job), job.state === 'error');
+    this._indexStatus.dataset.phase =
+      job.state === 'error' ? 'error' : job.progress.phase;
+  }
+
+  private _setIndexStatus(text: string, error = false): void {
+    this._indexStatus.textContent = text;
+    this._indexStatus.title = text;
+    this._indexStatus.classList.toggle('jp-mod-error', error);
   }
 
   /** Whether a tuning run shown here is going on. */
@@ -493,8 +597,10 @@ export class MemoryPanel extends Widget {
     forget.title = 'Forget this item: it never appears in results again';
     forget.addEventListener('click', async () => {
       try {
-        await forgetItem(hit.id);
-        li.remove();
+        const { forgotten } = await forgetItem(hit.id);
+        li.replaceWith(
+          this._undoRow(hit, forgotten.length ? forgotten : [hit.id])
+        );
         this._setStatus(`Forgot #${hit.id}`);
       } catch (e) {
         this._setStatus((e as Error).message, true);
@@ -532,6 +638,43 @@ export class MemoryPanel extends Widget {
     return li;
   }
 
+  /**
+   * What stands in a forgotten hit's place for `UNDO_MS`: "Forgot <where>" and an Undo button
+   * that brings the item back and searches again (the hit comes back in its place).
+   */
+  private _undoRow(hit: IHit, ids: number[]): HTMLLIElement {
+    const row = el('li', 'jp-nbmemory-undo-row');
+    row.dataset.id = String(hit.id);
+    const undo = el('button', 'jp-nbmemory-undo', 'Undo');
+    undo.title = 'Bring this item back';
+    row.append(
+      el(
+        'span',
+        'jp-nbmemory-undo-text',
+        `Forgot #${hit.id} · ${locationLabel(hit)}`
+      ),
+      undo
+    );
+    const timer = window.setTimeout(() => row.remove(), UNDO_MS);
+    undo.addEventListener('click', async () => {
+      window.clearTimeout(timer);
+      undo.disabled = true;
+      try {
+        const { restored } = await restoreItems(ids);
+        row.remove();
+        await this.refresh();
+        const said = restored.length
+          ? `Restored #${restored.join(', #')}`
+          : 'Nothing to restore';
+        this._setStatus(`${said} · ${this._status.textContent}`);
+      } catch (e) {
+        undo.disabled = false;
+        this._setStatus((e as Error).message, true);
+      }
+    });
+    return row;
+  }
+
   private _openHit: (hit: IHit) => Promise<void>;
   private _input: HTMLInputElement;
   private _namespace: HTMLInputElement;
@@ -546,6 +689,10 @@ export class MemoryPanel extends Widget {
   private _tuneEpochs!: HTMLInputElement;
   private _tuneMaxSteps!: HTMLInputElement;
   private _tuneSource!: HTMLSelectElement;
+  private _indexPath!: HTMLInputElement;
+  private _indexButton!: HTMLButtonElement;
+  private _indexBar!: HTMLProgressElement;
+  private _indexStatus!: HTMLDivElement;
   private _timer = 0;
   private _ticket = 0;
 }

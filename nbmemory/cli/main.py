@@ -92,10 +92,11 @@ def _settings(args: argparse.Namespace) -> Any:
     Option("--ns", help="namespace to index into (default: 'default')"),
 )
 def cmd_index(args: argparse.Namespace) -> int:
-    from nbmemory.progress import stderr_bar
+    from nbmemory.progress import index_bar
 
-    # The bar is drawn here even when the owner indexes: it sends its progress back.
-    with _memory(args) as mem, stderr_bar("indexing", not args.quiet) as bar:
+    # The bar is drawn here even when the owner indexes: it sends its progress back (phase,
+    # files, chunks and passages embedded, rate, time left).
+    with _memory(args) as mem, index_bar(not args.quiet) as bar:
         report = mem.index(*args.paths, namespace=args.ns, progress=bar)
     for path, reason in report.skipped:
         print(f"skipped {path}: {reason}", file=sys.stderr)
@@ -174,8 +175,20 @@ def cmd_remember(args: argparse.Namespace) -> int:
     Option("--path", help="forget everything from this file (or glob)"),
     Option("--ns", help="only in this namespace"),
     Option("--yes", action="store_true", help="with --query: really forget"),
+    Option("--undo", action="store_true", help="bring the forgotten items with these ids back"),
 )
 def cmd_forget(args: argparse.Namespace) -> int:
+    if args.undo:
+        if not args.ids or args.query or args.path:
+            raise NbMemoryError(
+                "forget --undo needs the ids to bring back (e.g. nbmemory forget --undo 42 43)"
+            )
+        with _memory(args) as mem:
+            restored = mem.restore(args.ids)
+        print(
+            f"restored {len(restored)} item(s)" + (f": {', '.join(map(str, restored))}" if restored else "")
+        )
+        return 0
     given = sum(bool(x) for x in (args.ids, args.query, args.path))
     if given != 1:
         raise NbMemoryError("forget needs ids, or --query TEXT, or --path PATH (exactly one)")
@@ -187,6 +200,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
             return 0
         ids = mem.forget(args.ids or None, query=args.query, k=args.k, path=args.path, namespace=args.ns)
     print(f"forgot {len(ids)} item(s)" + (f": {', '.join(map(str, ids[:20]))}" if ids else ""))
+    if ids:
+        shown = " ".join(map(str, ids)) if len(ids) <= 20 else "ID..."
+        print(f"undo: nbmemory forget --undo {shown}")
     return 0
 
 

@@ -24,6 +24,7 @@ from nbmemory.errors import BadFileError
 from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.redact import redact
+from nbmemory.progress import IndexMeter
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import passages, vectors
 from nbmemory.store.db import Database, utcnow
@@ -80,6 +81,8 @@ class _FilePlan:
     size: int
     rows: list[chunk_rows.NewChunk]
     doc_id: int | None
+    #: Passage windows in the rows (0 when passages are off), counted for the progress.
+    windows: int = 0
 
 
 def walk(root: Path, onerror: Callable[[OSError], None] | None = None) -> Iterator[Path]:
@@ -147,8 +150,9 @@ class Indexer:
     ----------
     max_bytes:
         Files larger than this are skipped with a message.
-    progress:
-        Called with (files done, files total, current path) for progress bars.
+    meter:
+        Counts the run's progress (files read, chunks and passages embedded) and tells its
+        listener; the caller owns it, so its clock covers what comes before and after.
     """
 
     def __init__(
@@ -156,14 +160,14 @@ class Indexer:
         db: Database,
         embedder: Embedder,
         max_bytes: int,
-        progress: Callable[[int, int, str], None] | None = None,
+        meter: IndexMeter | None = None,
         log: Callable[[str], None] | None = None,
         passages: bool = True,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.max_bytes = max_bytes
-        self.progress = progress
+        self.meter = meter or IndexMeter()
         self.log = log or (lambda message: None)
         #: Whether written chunks of prose also get their window vectors (``Settings.passages``).
         self.passages = passages
@@ -227,32 +231,27 @@ class Indexer:
     ) -> None:
         pending: list[_FilePlan] = []
         pending_chunks = 0
-        # Progress counts files finished: unchanged, skipped, or embedded and written. A file
-        # waiting in a batch counts once its chunks are embedded, so the bar is not full before
-        # the embedding (most of the time) is done. Each file's call comes before it is read:
-        # an interrupt or a cancel there stops before the next file.
+        # The meter counts files read, and chunks and passages embedded (what takes the time);
+        # its listener also gets the files finished (unchanged, skipped, or embedded and
+        # written). Each file's call comes before it is read: an interrupt or a cancel there
+        # stops before the next file.
+        meter = self.meter
         for file in files:
             path = str(file)
             report.files_seen += 1
             finished = report.files_seen - 1 - len(pending)
-            if self.progress:
-                self.progress(finished, len(files), path)
+            meter.reading(report.files_seen, len(files), path, finished)
             plan = self._plan(file, namespace, known.get(path), report)
             if plan is None:
                 continue
+            meter.planned(len(plan.rows), plan.windows)
             pending.append(plan)
             pending_chunks += len(plan.rows)
             if pending_chunks >= BATCH_CHUNKS:
-                self._commit(
-                    pending, namespace, report, finished=report.files_seen - len(pending), total=len(files)
-                )
+                self._commit(pending, namespace, report, finished=report.files_seen - len(pending))
                 pending, pending_chunks = [], 0
         if pending:
-            self._commit(
-                pending, namespace, report, finished=report.files_seen - len(pending), total=len(files)
-            )
-        if self.progress and files:
-            self.progress(len(files), len(files), str(files[-1]))
+            self._commit(pending, namespace, report, finished=report.files_seen - len(pending))
 
     # -- planning: read, hash, chunk, redact ----------------------------------------------
     def _plan(
@@ -335,6 +334,7 @@ class Indexer:
             return None
         kind = kind_of(path) or "text"
         rows = []
+        windows = 0
         for ordinal, draft in enumerate(drafts):
             text = redact(draft.text)
             heading = redact(draft.heading)
@@ -359,6 +359,8 @@ class Indexer:
                     tags=tags,
                 )
             )
+            if self.passages:
+                windows += len(passages.texts_of(heading.text, text.text, draft.kind))
         return _FilePlan(
             path,
             kind,
@@ -367,13 +369,12 @@ class Indexer:
             st.st_size,
             rows,
             known[0] if known else None,
+            windows,
         )
 
     # -- committing a batch -----------------------------------------------------------------
-    def _commit(
-        self, plans: list[_FilePlan], namespace: str, report: IndexReport, finished: int = 0, total: int = 0
-    ) -> None:
-        """Embed and write one batch; ``finished`` files (of ``total``) were done before it."""
+    def _commit(self, plans: list[_FilePlan], namespace: str, report: IndexReport, finished: int = 0) -> None:
+        """Embed and write one batch; ``finished`` files were done before it."""
         doc_ids = [p.doc_id for p in plans if p.doc_id is not None]
         old: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         if doc_ids:
@@ -409,17 +410,19 @@ class Indexer:
         late: dict[str, list[np.ndarray | None]] = {}
         for row in to_embed:
             unique.setdefault(row.hash, row)
+        meter = self.meter
+        meter.reused(sum(len(plan.rows) for plan in plans) - len(unique))
         if unique:
             texts = [chunk_rows.embedding_text(r.heading, r.text) for r in unique.values()]
             embedded = 0
+            meter.phase("embedding chunks")
 
             def step(count: int) -> None:
-                # The batch's files, in proportion to the chunks embedded so far.
+                # The batch's files count as finished in proportion to the chunks embedded so far.
                 nonlocal embedded
                 embedded += count
-                if self.progress:
-                    share = len(plans) * embedded // len(texts)
-                    self.progress(finished + share, total, plans[max(share - 1, 0)].path)
+                share = len(plans) * embedded // len(texts)
+                meter.chunks_step(count, finished + share, plans[max(share - 1, 0)].path)
 
             if self.passages and passages.method(self.embedder) == passages.LATE:
                 # One pass per chunk gives its vector and its passages' (late pooling).
@@ -469,8 +472,15 @@ class Indexer:
             )
             chunk_rows.insert(self.db, rows, vecs, now)
         if self.passages:
+            todo = passages.pending(
+                self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
+            )
+            windows = passages.windows_to_embed(todo, late)
+            meter.passages_found(sum(plan.windows for plan in plans), windows)
+            if windows:
+                meter.phase("embedding passages")
             report.passages_embedded += passages.fill(
-                self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows], late=late
+                self.db, self.embedder, todo, progress=meter.passages_step, late=late
             )
         report.files_changed += len(plans)
         report.chunks_added += len(new_rows)

@@ -46,6 +46,7 @@ from nbmemory.options import (
     search_filters,
     tune_options,
 )
+from nbmemory.progress import index_bar
 
 if TYPE_CHECKING:
     from nbmemory.api import IndexReport, SearchResult
@@ -140,6 +141,12 @@ def _k(value: int | None, default: int) -> int:
     return k
 
 
+def _ids_line(ids: list[int], most: int = 20) -> str:
+    """``12, 13, 14``; past ``most`` ids, ``... and 480 more``."""
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(map(str, ids[:most])) + more
+
+
 def _words(words: list[str], what: str, example: str) -> str:
     text = " ".join(words).strip()
     if not text:
@@ -148,8 +155,9 @@ def _words(words: list[str], what: str, example: str) -> str:
 
 
 class WidgetIndexJob(IndexJob):
-    """An :class:`~nbmemory.jobs.IndexJob` drawn in the notebook: a progress bar, the file being
-    read, a Cancel button, and the report in place of the bar when it ends."""
+    """An :class:`~nbmemory.jobs.IndexJob` drawn in the notebook: a progress bar of the work done,
+    a line with the phase, counts, rate and time left, a Cancel button, and the report in place
+    of the line when it ends."""
 
     def __init__(self, paths: list[str], namespace: str | None, use_widget: bool, note: str = "") -> None:
         super().__init__(paths, namespace, note=note, on_progress=self._draw, on_end=self._finish)
@@ -158,8 +166,8 @@ class WidgetIndexJob(IndexJob):
         if use_widget:
             import ipywidgets as widgets
 
-            self._bar = widgets.IntProgress(value=0, min=0, max=1, description="indexing")
-            self.label = widgets.HTML(f"<small>{html.escape(note)}</small>" if note else "")
+            self._bar = widgets.IntProgress(value=0, min=0, max=BAR_STEPS, description="starting")
+            self.label = widgets.HTML(self._line("starting"))
             self.cancel_button = widgets.Button(description="Cancel", icon="stop", button_style="warning")
             self.cancel_button.on_click(lambda _: self.cancel())
             self.widget = widgets.VBox([widgets.HBox([self._bar, self.cancel_button]), self.label])
@@ -169,12 +177,16 @@ class WidgetIndexJob(IndexJob):
         with _as_usage_errors():
             return super().run(memory)
 
+    def _line(self, text: str) -> str:
+        note = f"{html.escape(self.note)}<br>" if self.note else ""
+        return f"<small>{note}{html.escape(text)}</small>"
+
     def _draw(self, job: IndexJob) -> None:
         if self._bar is not None:
-            self._bar.max = max(job.files_total, 1)
-            self._bar.value = job.files_done
-            name = Path(job.current).name if job.current else ""
-            self.label.value = f"<small>{job.files_done}/{job.files_total} {html.escape(name)}</small>"
+            snap = job.snapshot
+            self._bar.value = round(BAR_STEPS * snap["fraction"])
+            self._bar.description = BAR_WORDS.get(snap["phase"], snap["phase"])
+            self.label.value = self._line(snap["text"])
 
     def _finish(self, job: IndexJob) -> None:
         if self.widget is None:
@@ -183,10 +195,29 @@ class WidgetIndexJob(IndexJob):
         if self.report is not None:
             self._bar.value = self._bar.max
             self._bar.bar_style = "success"
+            self._bar.description = "done"
+            head = f"<b>{html.escape(self.snapshot['text'])}</b>\n"
         else:
             self._bar.bar_style = "danger" if self.error else "warning"
+            self._bar.description = "failed" if self.error else "stopped"
+            head = ""
         # The report, once: in the widget, not printed again under it.
-        self.label.value = f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(self.summary())}</pre>"
+        self.label.value = (
+            f"<pre style='margin:0;white-space:pre-wrap'>{head}{html.escape(self.summary())}</pre>"
+        )
+
+
+#: Steps of the notebook's progress bar, and the word beside it for each phase of a run.
+BAR_STEPS = 1000
+BAR_WORDS = {
+    "queued": "starting",
+    "opening the memory": "opening",
+    "loading the model": "loading",
+    "reading files": "reading",
+    "embedding chunks": "embedding",
+    "embedding passages": "embedding",
+    "updating the search index": "updating",
+}
 
 
 @magics_class
@@ -236,6 +267,8 @@ class MemoryMagics(Magics):
         self._memory: Memory | SharedMemory | None = None
         self._owns_memory = False
         self.index_job: WidgetIndexJob | None = None
+        #: What the last ``%memforget`` forgot: what ``%memforget --undo`` brings back.
+        self.forgotten: list[int] = []
         self.tune_job: TuneJob | None = None
         self._tune_show: Callable[..., None] | None = None
         self.last_result: SearchResult | None = None
@@ -468,20 +501,31 @@ class MemoryMagics(Magics):
     @argument("--path", help="forget everything from this file (or glob)")
     @argument("--ns", help="only in this namespace")
     @argument("--yes", action="store_true", help="with --query: really forget")
+    @argument(
+        "--undo",
+        action="store_true",
+        help="bring forgotten items back: the ids given, else what the last %%memforget here forgot",
+    )
     @line_magic
     def memforget(self, line: str) -> None:
         """Forget items by id, by the top hits of a query, or by source file (a soft delete).
 
         A forgotten item never shows up in results again; a forgotten file is not re-indexed.
-        ``--query`` first shows what would go; add ``--yes`` to forget it.
+        ``--query`` first shows what would go; add ``--yes`` to forget it. The store keeps what
+        is forgotten: ``--undo`` brings it back.
 
         Examples::
 
             %memforget 42 43
             %memforget --query "old vpn note" -k 2 --yes
             %memforget --path ~/notes/old.md
+            %memforget --undo
+            %memforget --undo 42
         """
         args = _parse(self.memforget, line)
+        if args.undo:
+            self._restore(args)
+            return
         given = sum(bool(x) for x in (args.ids, args.query, args.path))
         if given != 1:
             raise UsageError(
@@ -498,7 +542,26 @@ class MemoryMagics(Magics):
             ids = self.memory.forget(
                 args.ids or None, query=query, k=_k(args.k, 1), path=args.path, namespace=args.ns
             )
-        print(f"forgot {len(ids)} item(s)" + (f": {', '.join(map(str, ids[:20]))}" if ids else ""))
+        if ids:
+            self.forgotten = list(ids)
+        print(f"forgot {len(ids)} item(s)" + (f": {_ids_line(ids)} (undo: %memforget --undo)" if ids else ""))
+
+    def _restore(self, args: Any) -> None:
+        if args.query or args.path or args.yes:
+            raise UsageError(
+                "--undo takes item ids or nothing (e.g. %memforget --undo, %memforget --undo 42)"
+            )
+        ids = args.ids or self.forgotten
+        if not ids:
+            raise UsageError(
+                "nothing to undo: no %memforget ran in this kernel; give the ids (%memforget --undo 42)"
+            )
+        with _as_usage_errors():
+            restored = self.memory.restore(ids)
+        if not args.ids:
+            self.forgotten = []
+        shown = f": {_ids_line(restored)}" if restored else " (none of them was forgotten)"
+        print(f"restored {len(restored)} item(s){shown}")
 
     @magic_arguments()
     @argument("id", type=int, help="item id")
@@ -597,34 +660,30 @@ class MemoryMagics(Magics):
             memory = self.memory
             job.start(lambda: memory)
             return
+        # Opened inside the run: the time it takes is part of the run's, and the bar says so.
         if job.widget is not None:
-            job.run(self.memory)
+            job.run(lambda: self.memory)
             return
         if note:
             print(note)
         if self.progress != "none":
             self._index_with_text_bar(job)
         else:
-            job.run(self.memory)
+            job.run(lambda: self.memory)
+        if job.report is not None:
+            print(job.snapshot["text"])
         print(job.summary().removeprefix(note).lstrip("\n"))
 
     def _index_with_text_bar(self, job: WidgetIndexJob) -> None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=0, desc="indexing", unit="file", file=sys.stderr, leave=False)
         inner = job.progress
+        with index_bar(True) as bar:
 
-        def progress(done: int, total: int, path: str) -> None:
-            inner(done, total, path)
-            bar.total = total
-            bar.n = done
-            bar.refresh()
+            def progress(done: int, total: int, path: str, snapshot: dict[str, Any] | None = None) -> None:
+                inner(done, total, path, snapshot)
+                bar(done, total, path, snapshot)
 
-        job.progress = progress  # type: ignore[method-assign]
-        try:
-            job.run(self.memory)
-        finally:
-            bar.close()
+            job.progress = progress  # type: ignore[method-assign]
+            job.run(lambda: self.memory)
 
     def _this_notebook(self) -> tuple[Path, str]:
         """The notebook ``%memindex`` indexes with no path, and a line that says which."""

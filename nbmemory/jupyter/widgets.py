@@ -34,6 +34,8 @@ __all__ = ["MemoryExplorer", "ResultRow"]
 
 CHARTS = ("ranks", "scores", "contribution")
 IMPORTANCE_STEP = 0.1
+#: How long the Undo button stays after a forget (the sidebar's Undo lasts as long).
+UNDO_SECONDS = 10.0
 
 
 class ResultRow(widgets.VBox):
@@ -150,6 +152,9 @@ class MemoryExplorer(widgets.VBox):
         self._ready = False
         self._notice = ""
         self._timer: threading.Timer | None = None
+        self._undo_timer: threading.Timer | None = None
+        #: What the last Forget forgot, while its Undo button shows.
+        self.forgotten: list[int] = []
         self._seq = 0
         self._lock = threading.RLock()
         self.rows: list[ResultRow] = []
@@ -182,6 +187,13 @@ class MemoryExplorer(widgets.VBox):
             allowed_tags=[], allow_duplicates=False, layout=widgets.Layout(**boxed)
         )
         self.status_line = widgets.HTML()
+        self.undo_button = widgets.Button(
+            description="Undo",
+            icon="undo",
+            tooltip="Bring back what was just forgotten",
+            layout=widgets.Layout(width="auto", display="none"),
+        )
+        self.undo_button.on_click(lambda _: self.undo())
         self.results_box = widgets.VBox(layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.explain_html = widgets.HTML(layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.chart_picker = widgets.ToggleButtons(options=list(CHARTS), style={"button_width": "auto"})
@@ -201,7 +213,10 @@ class MemoryExplorer(widgets.VBox):
             ],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        super().__init__([widgets.HBox([self.search_box, self.k_box]), filters, self.status_line, self.tabs])
+        status = widgets.HBox(
+            [self.status_line, self.undo_button], layout=widgets.Layout(align_items="center")
+        )
+        super().__init__([widgets.HBox([self.search_box, self.k_box]), filters, status, self.tabs])
         self._refresh_namespaces(kwargs.get("namespace"))
         # Traits first, then the links: the initial values then flow from traits to widgets.
         with self.hold_trait_notifications():
@@ -326,7 +341,8 @@ class MemoryExplorer(widgets.VBox):
 
     # -- actions ----------------------------------------------------------------------------
     def forget(self, item_id: int) -> None:
-        """Forget an item; it leaves the results at once, then the search runs again."""
+        """Forget an item; it leaves the results at once, then the search runs again. An Undo
+        button shows for :data:`UNDO_SECONDS`."""
         self.memory.forget(item_id)
         with self._lock:
             if self.result is not None:
@@ -334,7 +350,39 @@ class MemoryExplorer(widgets.VBox):
                 self.result = SearchResult(self.result.query, kept, self.result.trace)
             self._notice = f"forgot #{int(item_id)}"
             self.status_line.value = f"<small>{self._notice}</small>"
+            self.forgotten = [int(item_id)]
+            self._offer_undo(True)
         self.schedule()
+
+    def undo(self) -> list[int]:
+        """Bring back what the last Forget forgot, and search again; returns the ids restored."""
+        with self._lock:
+            ids, self.forgotten = self.forgotten, []
+            self._offer_undo(False)
+        if not ids:
+            return []
+        restored = self.memory.restore(ids)
+        with self._lock:
+            self._notice = f"restored #{', #'.join(map(str, restored))}" if restored else "nothing to restore"
+            self.status_line.value = f"<small>{html.escape(self._notice)}</small>"
+        self.schedule()
+        return restored
+
+    def _offer_undo(self, show: bool) -> None:
+        """Show the Undo button (for :data:`UNDO_SECONDS`), or hide it (caller holds the lock)."""
+        if self._undo_timer is not None:
+            self._undo_timer.cancel()
+            self._undo_timer = None
+        self.undo_button.layout.display = "" if show else "none"
+        if show:
+            self._undo_timer = threading.Timer(UNDO_SECONDS, self._undo_expired)
+            self._undo_timer.daemon = True
+            self._undo_timer.start()
+
+    def _undo_expired(self) -> None:
+        with self._lock:
+            self.forgotten = []
+            self._offer_undo(False)
 
     def toggle_pin(self, item_id: int) -> bool:
         """Pin an unpinned item or unpin a pinned one; returns the new state."""
@@ -363,6 +411,8 @@ class MemoryExplorer(widgets.VBox):
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
+            if self._undo_timer is not None:
+                self._undo_timer.cancel()
             for row in self.rows:
                 row.close()
         super().close()

@@ -26,6 +26,7 @@ from nbmemory import api
 from nbmemory.api import API_METHODS, MemoryAPI
 from nbmemory.config import Settings
 from nbmemory.errors import NbMemoryError, StoreLockedError
+from nbmemory.progress import fitted
 from nbmemory.remote import wire
 from nbmemory.remote.owner import OwnerServer, try_connect
 
@@ -143,6 +144,8 @@ class SharedMemory(MemoryAPI):
         # A callback cannot cross the socket: the owner sends its calls' arguments back instead.
         if self._local is None:
             progress = bound.arguments.pop("progress", None)
+            if progress is not None:
+                progress = fitted(progress)
         result = self._call(name, bound.args, bound.kwargs, plain, progress)
         if name == "stats":
             result["role"] = self.role
@@ -282,6 +285,9 @@ _PREPARE: dict[str, Callable[[dict[str, Any]], None]] = {
     # No paths: bound arguments leave an empty *paths out; the owner says what is missing.
     "index": lambda args: args.update(paths=tuple(_absolute(p) for p in args.get("paths", ()))),
     "forget": _prepare_forget,
+    "restore": lambda args: args.update(
+        item_id=args["item_id"] if isinstance(args["item_id"], int) else [int(i) for i in args["item_id"]]
+    ),
     "export": lambda args: args.update(out=_absolute(args["out"])),
     "remove_root": lambda args: args.update(path=_absolute(args["path"])),
 }

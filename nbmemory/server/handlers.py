@@ -46,6 +46,8 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TEXT_CHARS = 1_000_000
 MAX_PATH_CHARS = 4096
 MAX_HEADING_CHARS = 500
+#: Ids one restore may name: a forget by path can take a whole notebook's cells.
+MAX_RESTORE = 100_000
 # The tuning options a request may set: TUNE_OPTIONS but the device, which the server picks (cuda
 # when it has one): a browser cannot see the server's GPUs.
 TUNE_KEYS = tuple(o.name for o in TUNE_OPTIONS if o.name != "device")
@@ -377,6 +379,23 @@ class ForgetHandler(MemoryHandler):
         self.reply({"forgotten": ids})
 
 
+class RestoreHandler(MemoryHandler):
+    """``POST /nbmemory/restore`` with ``{ids: [...]}``: bring forgotten items back (the sidebar's
+    Undo); ``{restored: [...]}`` names those that were forgotten and are searchable again."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        ids = self.body().get("ids")
+        if (
+            not isinstance(ids, list)
+            or not 0 < len(ids) <= MAX_RESTORE
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        ):
+            raise _fail(400, f"ids must be a list of 1 to {MAX_RESTORE} item ids, got {ids!r}"[:300])
+        restored = await self.call(lambda mem: mem.restore(ids))
+        self.reply({"restored": restored})
+
+
 class StatsHandler(MemoryHandler):
     """``GET /nbmemory/stats``: counts by kind and namespace, file size, model, owner or client."""
 
@@ -621,6 +640,7 @@ ROUTES: list[tuple[str, type[MemoryHandler]]] = [
     ("remember", RememberHandler),
     (r"items/([^/]+)", ItemHandler),
     ("forget", ForgetHandler),
+    ("restore", RestoreHandler),
     ("stats", StatsHandler),
     ("live", LiveHandler),
     ("index", IndexHandler),

@@ -228,3 +228,44 @@ def soft_delete(db: Database, chunk_ids: list[int], reason: str, now: datetime) 
         db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [live])
     hot.note(db, live)
     return len(live)
+
+
+def forgotten(db: Database, chunk_ids: list[int]) -> list[tuple[int, str, str, str, str]]:
+    """``(id, heading, text, kind, content hash)`` of the chunks among ``chunk_ids`` that are forgotten."""
+    rows = db.fetchall(
+        "SELECT id, coalesce(heading, ''), text, kind, content_hash FROM chunks "
+        "WHERE id IN (SELECT unnest(?::BIGINT[])) AND deleted_at IS NOT NULL ORDER BY id",
+        [chunk_ids],
+    )
+    return [(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+
+
+def restore(db: Database, chunk_ids: list[int], vecs: np.ndarray) -> None:
+    """Bring forgotten chunks back with their vectors (inside the caller's transaction): the
+    mark is cleared, their postings are written again where the FTS snapshot lacks them, and
+    their files may be indexed again."""
+    if not chunk_ids:
+        return
+    db.execute(
+        "UPDATE chunks SET deleted_at = NULL, deleted_reason = NULL WHERE id IN (SELECT unnest(?::BIGINT[]))",
+        [chunk_ids],
+    )
+    db.execute(
+        "UPDATE documents SET forgotten_at = NULL WHERE id IN "
+        "(SELECT doc_id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])))",
+        [chunk_ids],
+    )
+    vectors.put(db, chunk_ids, vecs)
+    # The snapshot indexes every chunk, forgotten or not: only those written after it need delta
+    # postings again (soft_delete dropped them).
+    later = [
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) AND seq > ?",
+            [chunk_ids, fts.watermark(db)],
+        )
+    ]
+    fts.add_delta(db, later)
+    db.cache.pop("fts_corpus", None)
+    db.rows_changed(chunk_ids)
+    hot.note(db, chunk_ids)

@@ -94,7 +94,10 @@ def plan(heading: str, text: str, kind: str) -> tuple[list[tuple[int, int]], int
 
 
 def embed_with_late(
-    embedder: Embedder, texts: Sequence[str], plans: Sequence[tuple[list[tuple[int, int]], int]], progress: Any = None
+    embedder: Embedder,
+    texts: Sequence[str],
+    plans: Sequence[tuple[list[tuple[int, int]], int]],
+    progress: Any = None,
 ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
     """The chunks' vectors and their passages' late vectors, from one pass over each chunk."""
     pool = embedder.embed_with_spans  # type: ignore[attr-defined]
@@ -111,6 +114,29 @@ def _stored(db: Database, fingerprint: str, hashes: Sequence[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
+def pending(db: Database, embedder: Embedder, contents: Iterable[Content]) -> list[Content]:
+    """The contents, once each, that have two or more windows and no passages of ``embedder``."""
+    todo: dict[str, Content] = {}
+    for content in contents:
+        if content[0] not in todo and texts_of(content[1], content[2], content[3]):
+            todo[content[0]] = content
+    if todo:
+        for digest in _stored(db, embedder.fingerprint, list(todo)):
+            del todo[digest]
+    return list(todo.values())
+
+
+def windows_to_embed(
+    contents: Iterable[Content], late: dict[str, list[np.ndarray | None]] | None = None
+) -> int:
+    """How many windows of ``contents`` need a pass of their own: all but those ``late`` pooled."""
+    late = late or {}
+    return sum(
+        sum(v is None for v in late[digest]) if digest in late else len(texts_of(heading, text, kind))
+        for digest, heading, text, kind in contents
+    )
+
+
 def fill(
     db: Database,
     embedder: Embedder,
@@ -124,14 +150,7 @@ def fill(
     indexer has them; the others are pooled here (one pass per chunk) or, for an embedder that
     cannot pool, embedded window by window.
     """
-    todo: dict[str, Content] = {}
-    for content in contents:
-        if content[0] not in todo and texts_of(content[1], content[2], content[3]):
-            todo[content[0]] = content
-    if todo:
-        for digest in _stored(db, embedder.fingerprint, list(todo)):
-            del todo[digest]
-    items = list(todo.values())
+    items = pending(db, embedder, contents)
     done = 0
     for first in range(0, len(items), BATCH):
         done += _store(db, embedder, items[first : first + BATCH], progress, late or {})
@@ -152,7 +171,9 @@ def _vectors(
         rest = [c for c in batch if c[0] not in late]
         if rest:
             plans = [plan(h, t, k) for _, h, t, k in rest]
-            _, pooled = embed_with_late(embedder, [embedding_text(h, t) for _, h, t, _ in rest], plans, progress)
+            _, pooled = embed_with_late(
+                embedder, [embedding_text(h, t) for _, h, t, _ in rest], plans, progress
+            )
             found.update({c[0]: p for c, p in zip(rest, pooled, strict=True)})
     # Windows no pass read whole (or an embedder that cannot pool): one pass each.
     wanted = [(d, n) for d, vecs in found.items() for n, v in enumerate(vecs) if v is None]
@@ -160,7 +181,9 @@ def _vectors(
         alone = embedder.embed_documents([windows_of[d][n] for d, n in wanted], progress=progress)
         for (d, n), vec in zip(wanted, alone, strict=True):
             found[d][n] = vec
-    return {d: np.asarray(np.stack([x for x in v if x is not None]), dtype=np.float32) for d, v in found.items()}
+    return {
+        d: np.asarray(np.stack([x for x in v if x is not None]), dtype=np.float32) for d, v in found.items()
+    }
 
 
 def _store(

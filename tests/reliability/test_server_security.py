@@ -139,7 +139,7 @@ def test_routes_are_the_handler_list(jp_serverapp: Any) -> None:
     registered = {handler for _, handler in found}
     assert registered == {handler for _, handler in handlers.ROUTES}
     assert all(issubclass(h, MemoryHandler) for h in registered)
-    assert len(found) == len(handlers.ROUTES) == 11  # live: the live indexers' status
+    assert len(found) == len(handlers.ROUTES) == 12  # restore: the undo of forget
 
 
 def test_every_route_and_verb_refuses_requests_without_a_valid_token(
@@ -243,6 +243,12 @@ BAD_REQUESTS: list[tuple[str, tuple[str, ...], Any, dict[str, str], int, str]] =
     ("PATCH", ("items", "999"), {"pinned": True}, {}, 404, "no item"),
     ("PATCH", ("items", "1"), "{broken", {}, 400, "not valid JSON"),
     ("POST", ("forget",), {}, {}, 400, "exactly one of query or path"),
+    ("POST", ("restore",), {}, {}, 400, "ids must be a list of 1 to"),
+    ("POST", ("restore",), {"ids": []}, {}, 400, "ids must be a list of 1 to"),
+    ("POST", ("restore",), {"ids": [True]}, {}, 400, "ids must be a list of 1 to"),
+    ("POST", ("restore",), {"ids": ["7"]}, {}, 400, "ids must be a list of 1 to"),
+    ("POST", ("restore",), {"ids": 7}, {}, 400, "ids must be a list of 1 to"),
+    ("POST", ("restore",), {"ids": [2**70]}, {}, 404, "no item with id"),
     ("POST", ("forget",), {"query": "x", "path": "y"}, {}, 400, "exactly one of query or path"),
     ("POST", ("forget",), {"query": 3}, {}, 400, "query must be a non-empty string"),
     ("POST", ("forget",), {"query": "x", "k": 0}, {}, 400, "k must be an integer"),
@@ -531,9 +537,11 @@ def test_the_explorer_widget_escapes_every_stored_field(tmp_path: Path) -> None:
 
 def test_index_progress_labels_escape_file_names(tmp_path: Path) -> None:
     from nbmemory.jupyter.magics import WidgetIndexJob
+    from nbmemory.progress import IndexMeter
 
-    job = WidgetIndexJob([str(tmp_path)], None, use_widget=True)
-    job.progress(1, 2, str(tmp_path / "<img src=x onerror=alert(1)>.md"))
+    job = WidgetIndexJob([str(tmp_path)], None, use_widget=True, note="<b>note</b>")
+    IndexMeter(job.progress).reading(1, 2, str(tmp_path / "<img src=x onerror=alert(1)>.md"), 0)
+    assert "&lt;img src=x onerror=alert(1)&gt;.md" in job.label.value
     assert markup_problems(job.label.value) == []
 
 

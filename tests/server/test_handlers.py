@@ -103,6 +103,7 @@ def test_every_route_is_registered(jp_serverapp: Any) -> None:
         "nbmemory/remember",
         "nbmemory/items/([^/]+)",
         "nbmemory/forget",
+        "nbmemory/restore",
         "nbmemory/stats",
         "nbmemory/live",
         "nbmemory/index",
@@ -293,6 +294,22 @@ async def test_forget_by_query_and_related(jp_fetch: Any) -> None:
     assert gone == {"forgotten": [a["id"]]}
 
 
+async def test_restore_is_the_undo_of_forget(jp_fetch: Any) -> None:
+    a = payload(await call(jp_fetch, "POST", "remember", body={"text": "pelican cluster failover drill"}))
+    assert payload(await call(jp_fetch, "DELETE", "items", str(a["id"]))) == {"forgotten": [a["id"]]}
+    assert payload(await call(jp_fetch, "GET", "search", q="pelican cluster failover"))["hits"] == []
+    restored = payload(await call(jp_fetch, "POST", "restore", body={"ids": [a["id"]]}))
+    assert restored == {"restored": [a["id"]]}
+    hits = payload(await call(jp_fetch, "GET", "search", q="pelican cluster failover"))["hits"]
+    assert hits[0]["id"] == a["id"]
+    # Restoring what is not forgotten changes nothing; unknown ids are 404, bad bodies 400.
+    assert payload(await call(jp_fetch, "POST", "restore", body={"ids": [a["id"]]})) == {"restored": []}
+    missing = await call(jp_fetch, "POST", "restore", body={"ids": [999999]})
+    assert missing.code == 404 and "no item with id 999999" in payload(missing)["message"]
+    bad = await call(jp_fetch, "POST", "restore", body={"ids": "1"})
+    assert bad.code == 400 and "ids must be a list" in payload(bad)["message"]
+
+
 async def test_index_a_notebook_job_and_open_at_cell(jp_fetch: Any, jp_root_dir: Path) -> None:
     (jp_root_dir / "notes").mkdir()
     write_notebook(jp_root_dir / "notes" / "deploy.ipynb")
@@ -305,6 +322,10 @@ async def test_index_a_notebook_job_and_open_at_cell(jp_fetch: Any, jp_root_dir:
     assert job["state"] == "done", job
     assert job["report"]["files_changed"] == 1 and job["done"] == job["total"] == 1
     assert "files seen" in job["report"]["summary"]
+    progress = job["progress"]
+    assert progress["phase"] == "done" and progress["fraction"] == 1.0
+    assert progress["text"] == f"done — 1 file, 3 chunks in {job['report']['seconds']:.1f} s"
+    assert progress["chunks_done"] == progress["chunks_total"] == 3
 
     hits = payload(await call(jp_fetch, "GET", "search", q="token rotation schedule", kind="notebook"))[
         "hits"
