@@ -9,6 +9,10 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow check lint bench clean
 
+# Test processes (pytest-xdist): one per core, at most four; a module's tests stay together, so
+# its expensive fixtures (a real index, a Jupyter server) are made once. PARALLEL= runs serially.
+PARALLEL ?= -n auto --maxprocesses 4 --dist loadscope
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -30,7 +34,7 @@ test: $(STAMP)
 	# The UI tests drive Debian's Chromium (no browser download); they skip if it cannot be had.
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium could not be installed: the UI tests will be skipped"
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" -q $(PARALLEL)
 
 # The long runs: sustained sharing with owner kills (thousands of writes), the real-model BEIR slice.
 test-slow: $(STAMP)
@@ -39,7 +43,7 @@ test-slow: $(STAMP)
 # Lint, types, and the tests that need no real model, process, server, browser or corpus of real
 # size (markers in pyproject.toml); `make test` runs them all.
 check: lint
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check nbmemory tests bench

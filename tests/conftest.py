@@ -69,6 +69,12 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def real_embedder() -> SentenceTransformerEmbedder:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        # Test processes side by side (`make test`): each encodes on its share of the cores.
+        from nbmemory.config import set_torch_threads
+
+        set_torch_threads(max(1, (os.cpu_count() or 1) // workers))
     return SentenceTransformerEmbedder(device="cpu")
 
 
