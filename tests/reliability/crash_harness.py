@@ -588,9 +588,12 @@ class Verifier:
 
         The full-text snapshot is rebuilt first: between snapshots, BM25 scores what was written
         since with the snapshot's statistics (:mod:`nbmemory.store.fts`), so a fresh one shifts
-        scores by design, crash or not; what it holds is checked by :meth:`bm25`.
+        scores by design, crash or not; what it holds is checked by :meth:`bm25`. The HNSW index
+        (the SQL path) is left as it is: it is approximate, a graph built again finds other near
+        neighbours, and :meth:`vectors` checks it against an exact scan instead. Equal scores
+        may come in either order.
         """
-        from nbmemory.store import fts, hot, passages, vectors
+        from nbmemory.store import fts, hot, passages
 
         db = mem.db
         fts.rebuild(db)
@@ -602,8 +605,6 @@ class Verifier:
 
         before = ranked()
         with db.lock:
-            if vectors.index_exists(db):
-                vectors.rebuild_index(db)
             with db.transaction():
                 db.execute("DELETE FROM passages")
             db.passage_cache.clear()
