@@ -9,12 +9,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow check lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first: the pinned CPU build; an unpinned torch drags in GBs of CUDA.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The tested set, exact versions (requirements.lock; pyproject.toml states ranges). Its torch is
+	# the CPU build: a torch resolved from PyPI alone drags in GBs of CUDA.
+	$(BIN)/python -m pip install --quiet -r requirements.lock -e '.[dev]'
 	# An editable install skips [tool.setuptools.data-files]: put in place what a wheel install
 	# puts there (the server extension's config, the prebuilt labextension), offline.
 	install -D -m 644 jupyter-config/jupyter_server_config.d/nbmemory.json \
@@ -42,7 +42,7 @@ check: lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui"
 
 lint: $(STAMP)
-	$(BIN)/ruff check nbmemory tests bench
+	$(BIN)/ruff check nbmemory tests bench tools
 	$(BIN)/mypy nbmemory
 
 bench: $(STAMP)
