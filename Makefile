@@ -2,12 +2,13 @@
 #   make demo   create .venv, install everything, index the bundled sample corpus, run searches
 #   make test   create .venv, install everything, run the whole test suite
 # While working: make check   lint, types and the fast unit tests (about 2 minutes)
+#                make docs    the documentation site into site/, offline (mkdocs build --strict)
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow check lint bench clean
+.PHONY: demo test test-slow check lint bench docs clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
@@ -48,5 +49,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.search.bench_search
 
+# Warnings are errors and every internal link and anchor must resolve (mkdocs.yml: strict, validation);
+# the reference and the benchmark results pages are generated at build time (tools/docs_pages.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 HF_HUB_OFFLINE=1 $(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
