@@ -27,6 +27,7 @@ def test_the_wheel_installs_alone_and_works(tmp_path: Path) -> None:
         cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     out = result.stdout + result.stderr
+    print(out)  # the steps' log, shown with -s
     assert result.returncode == 0, out[-8000:]
     for step in ("build", "install", "server", "lab", "browser", "magics", "demo", "rebuild"):
         assert f"ok: {step} (" in out
