@@ -54,6 +54,8 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: int = 1800) -> 
     out = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
     shown = "\n".join(line for line in out.splitlines() if "is neither a file nor a directory" not in line)
     print(shown.rstrip()[-4000:], flush=True)
+    if "Browser test complete" in out:
+        print("Browser test complete: JupyterLab started with no errors", flush=True)
     if result.returncode != 0:
         raise CheckFailed(f"{cmd[0]} exited with {result.returncode}")
     return out
@@ -107,12 +109,9 @@ def check(work: Path, steps: list[str]) -> None:
         elif step == "browser":
             # Root in a container (CI): jupyter_server refuses to run as root unless told.
             root = ["--allow-root"] if os.geteuid() == 0 else []
-            run(
-                [str(bin_ / "python"), str(REPO / "tools" / "browser_check.py"), *root],
-                env,
-                work,
-                timeout=600,
-            )
+            browser = [str(bin_ / "python"), str(REPO / "tools" / "browser_check.py"), *root]
+            out = run(browser, env, work, timeout=600)
+            expect(r"Browser test complete", out, "the browser check did not finish")
         elif step == "magics":
             out = run([str(bin_ / "python"), "-c", MAGICS], env, work)
             expect(rf"loaded {re.escape(str(venv))}/lib/", out, "nbmemory was not imported from the venv")
