@@ -2,23 +2,24 @@
 #   make demo   create .venv, install everything, index the bundled sample corpus, run searches
 #   make test   create .venv, install everything, run the whole test suite
 # While working: make check   lint, types and the fast unit tests (about 2 minutes)
+#                make docs    the documentation site into site/, offline (mkdocs build --strict)
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow check lint bench clean
+.PHONY: demo test test-slow check lint bench docs clean
 
 # Test processes (pytest-xdist): one per core, at most four; a module's tests stay together, so
 # its expensive fixtures (a real index, a Jupyter server) are made once. PARALLEL= runs serially.
 PARALLEL ?= -n auto --maxprocesses 4 --dist loadscope
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first: the pinned CPU build; an unpinned torch drags in GBs of CUDA.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The tested set, exact versions (requirements.lock; pyproject.toml states ranges). Its torch is
+	# the CPU build: a torch resolved from PyPI alone drags in GBs of CUDA.
+	$(BIN)/python -m pip install --quiet -r requirements.lock -e '.[dev]'
 	# An editable install skips [tool.setuptools.data-files]: put in place what a wheel install
 	# puts there (the server extension's config, the prebuilt labextension), offline.
 	install -D -m 644 jupyter-config/jupyter_server_config.d/nbmemory.json \
@@ -46,11 +47,16 @@ check: lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui" $(PARALLEL)
 
 lint: $(STAMP)
-	$(BIN)/ruff check nbmemory tests bench
+	$(BIN)/ruff check nbmemory tests bench tools
 	$(BIN)/mypy nbmemory
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.search.bench_search
 
+# Warnings are errors and every internal link and anchor must resolve (mkdocs.yml: strict, validation);
+# the reference and the benchmark results pages are generated at build time (tools/docs_pages.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 HF_HUB_OFFLINE=1 $(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

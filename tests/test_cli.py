@@ -47,14 +47,14 @@ def subcommands() -> dict[str, object]:
     return dict(action.choices)  # type: ignore[attr-defined]
 
 
-def test_every_command_has_help_and_is_in_the_readme() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_every_command_has_help_and_is_in_the_guide() -> None:
+    guide = (REPO / "docs" / "guide" / "cli.md").read_text(encoding="utf-8")
     for name, sub in subcommands().items():
         assert sub.description, f"{name} has no help text"  # type: ignore[attr-defined]
         for action in sub._actions:  # type: ignore[attr-defined]
             if action.option_strings and action.dest != "help":
                 assert action.help, f"{name} {action.option_strings} has no help"
-        assert f"nbmemory {name}" in readme, f"README does not document `nbmemory {name}`"
+        assert f"nbmemory {name}" in guide, f"docs/guide/cli.md does not document `nbmemory {name}`"
 
 
 def test_every_help_page_renders(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,154 @@
+"""Check the shipped artefacts as a user installs them. Usage:
+python -m tools.check_wheel [--workdir DIR] [--steps build,install,...]
+
+build    python -m build: the sdist, then the wheel built from that sdist
+install  a fresh venv holding only that wheel and JupyterLab (versions from requirements.lock, so
+         pip reads local files instead of resolving afresh), plus Playwright for the browser step
+server   `jupyter server extension list`: nbmemory enabled and OK
+lab      `jupyter labextension list`: nbmemory enabled and OK (the prebuilt extension in the wheel)
+browser  jupyterlab.browser_check on Debian's Chromium (tools/browser_check.py)
+magics   `%load_ext nbmemory` in IPython registers the %mem* magics
+demo     `nbmemory demo` on the bundled model and sample corpus
+rebuild  `npm ci` and a production build of labextension/ (npm registry); fails when the result
+         differs from the extension the wheel installed, that is when the committed one is stale
+
+Everything runs outside the checkout, with PYTHONPATH unset and Jupyter's and nbmemory's folders
+inside the work folder, so nothing from the repository or the user's setup can stand in for what
+the wheel installed. Exits 1 at the first failed step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = ["build", "install", "server", "lab", "browser", "magics", "demo", "rebuild"]
+MAGICS = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "nbmemory")
+names = sorted(n for n in shell.magics_manager.magics["line"] if n.startswith("mem"))
+assert {"memsearch", "memindex", "memexplore"} <= set(names), names
+import nbmemory
+print("loaded", nbmemory.__file__, "magics:", " ".join("%" + n for n in names))
+"""
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: int = 1800) -> str:
+    print("$", " ".join(cmd), flush=True)
+    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    # Without colour codes (jupyter's lists colour "enabled" and "OK"), and without pip's notes on
+    # the extra indexes' missing pages.
+    out = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
+    shown = "\n".join(line for line in out.splitlines() if "is neither a file nor a directory" not in line)
+    print(shown.rstrip()[-4000:], flush=True)
+    if "Browser test complete" in out:
+        print("Browser test complete: JupyterLab started with no errors", flush=True)
+    if result.returncode != 0:
+        raise CheckFailed(f"{cmd[0]} exited with {result.returncode}")
+    return out
+
+
+def expect(pattern: str, text: str, what: str) -> None:
+    if not re.search(pattern, text):
+        raise CheckFailed(f"{what}: no match for {pattern!r}")
+
+
+def check(work: Path, steps: list[str]) -> None:
+    venv, dist, src = work / "venv", work / "dist", work / "src"
+    bin_ = venv / "bin"
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    env.update(
+        PATH=f"{bin_}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONNOUSERSITE="1",
+        HF_HUB_OFFLINE="1",
+        NBMEMORY_HOME=str(work / "home"),
+        NBMEMORY_CACHE=str(work / "cache"),
+        JUPYTER_CONFIG_DIR=str(work / "jupyter" / "config"),
+        JUPYTER_DATA_DIR=str(work / "jupyter" / "data"),
+        JUPYTER_RUNTIME_DIR=str(work / "jupyter" / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(work / "jupyter" / "lab-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(work / "jupyter" / "lab-workspaces"),
+    )
+    for step in steps:
+        print(f"\n== {step}", flush=True)
+        t0 = time.monotonic()
+        if step == "build":
+            shutil.rmtree(dist, ignore_errors=True)
+            run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], env, work)
+            print("built:", ", ".join(sorted(p.name for p in dist.iterdir())))
+        elif step == "install":
+            shutil.rmtree(venv, ignore_errors=True)
+            (wheel,) = dist.glob("nbmemory-*.whl")
+            run([sys.executable, "-m", "venv", str(venv)], env, work)
+            lock = str(REPO / "requirements.lock")
+            run(
+                [str(bin_ / "pip"), "install", "-q", "-c", lock, str(wheel), "jupyterlab", "playwright"],
+                env,
+                work,
+            )
+        elif step == "server":
+            out = run([str(bin_ / "jupyter"), "server", "extension", "list"], env, work)
+            expect(r"nbmemory\s+enabled", out, "server extension not enabled")
+            expect(r"nbmemory\s+\S+\s+OK", out, "server extension not OK")
+        elif step == "lab":
+            out = run([str(bin_ / "jupyter"), "labextension", "list"], env, work)
+            expect(r"nbmemory\s+v\S+\s+enabled\s+OK", out, "lab extension not enabled and OK")
+        elif step == "browser":
+            # Root in a container (CI): jupyter_server refuses to run as root unless told.
+            root = ["--allow-root"] if os.geteuid() == 0 else []
+            browser = [str(bin_ / "python"), str(REPO / "tools" / "browser_check.py"), *root]
+            out = run(browser, env, work, timeout=600)
+            expect(r"Browser test complete", out, "the browser check did not finish")
+        elif step == "magics":
+            out = run([str(bin_ / "python"), "-c", MAGICS], env, work)
+            expect(rf"loaded {re.escape(str(venv))}/lib/", out, "nbmemory was not imported from the venv")
+        elif step == "demo":
+            run([str(bin_ / "nbmemory"), "-q", "demo"], env, work)
+        elif step == "rebuild":
+            shutil.rmtree(src, ignore_errors=True)
+            skip = shutil.ignore_patterns("node_modules", "lib", "tsconfig.tsbuildinfo")
+            shutil.copytree(REPO / "labextension", src / "labextension", ignore=skip)
+            # check-built.sh compares with ../nbmemory/labextension: here, what the wheel installed.
+            shutil.copytree(
+                venv / "share" / "jupyter" / "labextensions" / "nbmemory", src / "nbmemory" / "labextension"
+            )
+            run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], env, src / "labextension")
+            run(["sh", "check-built.sh"], {**env, "PYTHON": str(bin_ / "python")}, src / "labextension")
+        print(f"ok: {step} ({time.monotonic() - t0:.0f} s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.check_wheel", description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="work folder, kept afterwards (default: a temporary one)")
+    parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {','.join(STEPS)}")
+    args = parser.parse_args(argv)
+    steps = args.steps.split(",")
+    if unknown := [s for s in steps if s not in STEPS]:
+        parser.error(f"unknown steps {unknown}: choose from {STEPS}")
+    with tempfile.TemporaryDirectory(prefix="nbmemory-wheel-") as tmp:
+        work = Path(args.workdir).resolve() if args.workdir else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            check(work, steps)
+        except (CheckFailed, subprocess.TimeoutExpired) as error:
+            print(f"FAILED: {error}", flush=True)
+            return 1
+    print("\nthe wheel installs alone and passes: " + ", ".join(steps))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
