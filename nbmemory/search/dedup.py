@@ -31,6 +31,29 @@ def _grams(tokens: Sequence[str], size: int) -> set[str]:
     return {" ".join(tokens[at : at + size]) for at in range(len(tokens) - size + 1)}
 
 
+#: A posting: the one kept item holding a key, or (only once a second one does) a list of them.
+#: Ints are not tracked by the garbage collector, lists are: a list per word sequence of every
+#: kept item made dedup the search's main source of collections (bench/search/bench_shapes.py).
+_Posting = int | list[int]
+_NONE: tuple[int, ...] = ()
+
+
+def _post(index: dict[str, _Posting], key: str, item: int) -> None:
+    held = index.get(key)
+    if held is None:
+        index[key] = item
+    elif isinstance(held, int):
+        index[key] = [held, item]
+    else:
+        held.append(item)
+
+
+def _items(held: _Posting | None) -> Sequence[int]:
+    if held is None:
+        return _NONE
+    return (held,) if isinstance(held, int) else held
+
+
 class Deduper:
     """Dedup one ranking incrementally: :meth:`offer` candidates best first; each is kept or
     reported as a duplicate of one kept before it (the rule of :func:`dedup`).
@@ -43,7 +66,10 @@ class Deduper:
     - a kept item holding the candidate holds every sequence of the candidate, so the rarest
       of them among the kept items names all it could be.
 
-    Cost per candidate: linear in its words, plus one check per kept item found that way.
+    Cost per candidate: linear in its words, plus one check per kept item found that way. What
+    it keeps per kept item is strings, ints and its vector, plus a list only for a word sequence
+    that two kept items share: few objects for the garbage collector to track (the count is
+    tested in tests/search/test_stages.py).
     """
 
     def __init__(self, threshold: float = 0.95) -> None:
@@ -58,10 +84,10 @@ class Deduper:
         self._vec: dict[int, np.ndarray] = {}
         self._position: dict[int, int] = {}
         # Every sequence of 1..GRAM words of a kept item -> the kept items holding it.
-        self._holding: dict[str, list[int]] = {}
+        self._holding: dict[str, _Posting] = {}
         # The last sequence of a kept item (GRAM words, or all of a shorter one) -> those items.
         # The last, not the first: chunks of one file begin alike (their heading path).
-        self._ending: dict[str, list[int]] = {}
+        self._ending: dict[str, _Posting] = {}
 
     def offer(self, item: int, text: str, vec: np.ndarray | None) -> tuple[int, float] | None:
         """None when ``item`` is kept; else (the kept id it duplicates, their cosine similarity)."""
@@ -84,12 +110,21 @@ class Deduper:
         """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold."""
         found: set[int] = set()
         # Kept items held by the candidate end with one of its sequences.
+        ending = self._ending
         for grams in mine:
             for gram in grams:
-                found.update(self._ending.get(gram, ()))
+                if gram in ending:
+                    found.update(_items(ending[gram]))
         # Kept items holding the candidate hold every one of its longest sequences.
-        longest = mine[-1]
-        rarest = min((self._holding.get(g, []) for g in longest), key=len, default=[])
+        holding = self._holding
+        rarest: Sequence[int] = _NONE
+        for n, gram in enumerate(mine[-1]):
+            held = _items(holding.get(gram))
+            if not held:
+                rarest = _NONE
+                break
+            if n == 0 or len(held) < len(rarest):
+                rarest = held
         found.update(rarest)
         padded = f" {w} "
         for j in sorted(found, key=self._position.__getitem__):
@@ -115,8 +150,8 @@ class Deduper:
         self._padded[item] = f" {w} "
         for grams in mine:
             for gram in grams:
-                self._holding.setdefault(gram, []).append(item)
-        self._ending.setdefault(" ".join(tokens[-GRAM:]), []).append(item)
+                _post(self._holding, gram, item)
+        _post(self._ending, " ".join(tokens[-GRAM:]), item)
 
 
 def dedup(
