@@ -9,6 +9,7 @@ flag and hydration (:mod:`~nbmemory.search.result`). Each stage is a named step
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -67,6 +68,12 @@ def checked_query(query: str, k: int) -> str:
     return query[:MAX_QUERY_CHARS]
 
 
+def _gc_counts() -> tuple[list[int], int]:
+    """Collections so far per generation, and the youngest generation's count (objects
+    allocated less those freed since its last collection)."""
+    return [g["collections"] for g in gc.get_stats()], gc.get_count()[0]
+
+
 class SearchPipeline:
     """Runs one hybrid search over a :class:`Database` with an :class:`Embedder`.
 
@@ -87,6 +94,8 @@ class SearchPipeline:
         depth = self.config.depth or max(50, 3 * k)
         pool_size = self._pool_depth(k)
         passes, earlier_ms = 0, 0.0
+        # Counts for the trace (what a search allocates and collects, not what it took).
+        collections, objects = _gc_counts()
         while True:
             result, saturated = self._run(text, k, filters or Filters(), depth, pool_size)
             passes += 1
@@ -94,6 +103,10 @@ class SearchPipeline:
             # Grouping can leave fewer than k sources among the candidates taken (a long note
             # fills them): take deeper while a retriever may hold more.
             if not (self.config.group and len(result.hits) < k and saturated and depth < MAX_GROUP_DEPTH):
+                after, objects_after = _gc_counts()
+                ran = [b - a for a, b in zip(collections, after, strict=True)]
+                result.trace.gc_collections = ran
+                result.trace.gc_objects = objects_after - objects if not any(ran) else None
                 return result
             earlier_ms = result.trace.total_ms
             depth, pool_size = depth * 4, depth * 8
