@@ -423,8 +423,10 @@ def test_a_search_never_writes_the_log_itself(tmp_path: Path, monkeypatch: pytes
         for _ in range(search_log.LOG_FLUSH_EVERY - 1):
             mem.search("background", k=1)
         deadline = time.monotonic() + 30
-        while not writes and time.monotonic() < deadline:
+        # The writer ends once it has written everything buffered.
+        while mem._search_log._writer is not None and time.monotonic() < deadline:
             time.sleep(0.02)
+        assert mem._search_log._writer is None and not mem._search_log._pending
         assert writes and set(writes) == {"nbmemory-search-log"}
         monkeypatch.undo()
         mem.search("background", k=1)
