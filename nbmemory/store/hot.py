@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory import long_lived
 from nbmemory.store import fts
 from nbmemory.store import rows as row_store
 from nbmemory.store.db import Database
@@ -157,6 +158,7 @@ class HotIndex:
             row_store.install(db, preloaded, epoch)
         self.build_ms = (time.perf_counter() - started) * 1000
         self.ready = True
+        long_lived.settle()  # the terms and rows just read: no full collection walks them again
 
     def _read_vectors(self, con: Any, has_vectors: bool) -> None:
         self.mat = np.zeros((self.n, 0), dtype=np.float32)
