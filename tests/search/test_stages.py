@@ -128,6 +128,40 @@ def test_dedup_needs_the_embeddings_to_agree_for_contained_text() -> None:
     assert kept == [1, 2]
 
 
+def _dedup_all_pairs(ids: list[int], texts: dict[int, str], vecs: dict[int, np.ndarray], threshold: float) -> list[int]:
+    """The rule of :func:`dedup` checked against every kept item (the reference, quadratic)."""
+    kept: list[int] = []
+    seen: dict[str, int] = {}
+    for i in ids:
+        w = " ".join(re.findall(r"\w+", texts[i].lower()))
+        if w and w in seen:
+            continue
+        padded = f" {w} "
+        if w and any(
+            (padded in f" {seen_w} " or f" {seen_w} " in padded) and float(vecs[j] @ vecs[i]) >= threshold
+            for seen_w, j in seen.items()
+        ):
+            continue
+        kept.append(i)
+        if w:
+            seen.setdefault(w, i)
+    return kept
+
+
+def test_dedup_finds_what_comparing_every_pair_finds_short_texts_included() -> None:
+    rng = np.random.default_rng(3)
+    vocab = ["a", "b", "c", "d"]
+    for trial in range(40):
+        texts: dict[int, str] = {}
+        for i in range(60):
+            n = int(rng.integers(0, 7))  # empty, one or two words, and longer
+            texts[i] = " ".join(rng.choice(vocab, n)) if i % 5 else texts.get(i - 1, "a b c") + " d"
+        vecs = {i: unit(1.0, float(rng.uniform(0, 0.2))) for i in texts}
+        ids = list(texts)
+        kept, _ = dedup(ids, texts, vecs, threshold=0.99)
+        assert kept == _dedup_all_pairs(ids, texts, vecs, 0.99), trial
+
+
 def _objects_kept_by_a_deduper(cells: int) -> int:
     """Objects the garbage collector tracks that a :class:`Deduper` still holds after ``cells``
     cells of one notebook were offered (all kept: each has words of its own)."""
