@@ -18,8 +18,9 @@ many sections, where grouping per file, dedup and passages read much deeper. Sha
 Every search is the default search at ``k`` (10) with the query vector computed beforehand
 (the query embedding is measured alone and reported beside it). nbmemory and the reference run
 query by query, alternating which goes first. Per stage, p50 and p95 of the trace's times, and
-what each stage read (candidates fused, read by dedup and group, passes); and where the slowest
-searches spent their time (a garbage collection, the search log's batched write, an earlier pass).
+what each stage read (candidates fused, read by dedup and group, passes); where the slowest
+searches spent their time (a garbage collection, a write of the search log that overlapped it, an
+earlier pass); and how many garbage collections ran per 100 searches, by generation (a count).
 
     python -m bench.search.bench_shapes [--shapes notes,notebooks,mix] [--corpus DIR ...]
         [--queries 100] [--warmup 20] [--k 10] [--mix-n 50000] [--no-log] [--out FILE]
