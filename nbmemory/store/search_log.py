@@ -118,7 +118,8 @@ class SearchLog:
         self._rows_since_prune += count
 
     def flush(self) -> None:
-        """Write buffered retrieval counters and search-log rows now."""
+        """Write buffered retrieval counters and search-log rows now (not with ``db.lock`` held:
+        a write in progress holds this flush's lock and waits for the store's)."""
         with self._flushing:
             with self._cond:
                 pending, self._pending = self._pending, []
