@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from nbmemory import long_lived
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
 from nbmemory.embed.loader import load_for_store
@@ -61,6 +62,7 @@ class ActiveModel:
         """The embedder, loaded if need be, not checked against the file."""
         if self._embedder is None:
             self._embedder = load_for_store(self.db, self.settings.model, self.settings.device, log=self.log)
+            long_lived.settle()  # the model's objects: no full collection walks them again
         return self._embedder
 
     def embedder(self) -> Embedder:

@@ -98,7 +98,7 @@ class Memory:
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
-        self.flush()
+        self._search_log.close()  # writes the buffered searches, then stops its writer
         self.db.close()
 
     def __enter__(self) -> Memory:

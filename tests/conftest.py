@@ -14,6 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # A CLI run starts a background owner that outlives it: in tests, let it go soon after.
 os.environ.setdefault("NBMEMORY_IDLE_SECONDS", "10")
+# One test process opens hundreds of memories: a freeze at each (nbmemory.long_lived) would keep
+# every earlier test's cyclic garbage for good. tests/test_long_lived.py checks it in a child.
+os.environ.setdefault("NBMEMORY_GC_FREEZE", "0")
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -484,6 +485,32 @@ def test_search_counters_and_log_are_buffered_but_never_lost_on_close(tmp_path: 
         assert mem.stats()["searches"] == LOG_FLUSH_EVERY + 3
         row = mem.db.fetchone("SELECT retrieval_count, last_retrieved_at FROM chunks WHERE id = ?", [item.id])
         assert row is not None and row[0] == LOG_FLUSH_EVERY + 3 and row[1] is not None
+
+
+def test_a_search_never_writes_the_log_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The log is written by a background writer once searches pause, never by a search.
+    from nbmemory.store import search_log
+
+    monkeypatch.setattr(search_log, "LOG_IDLE_S", 0.05)
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
+        item = mem.remember("written in the background")
+        writes: list[str] = []
+        monkeypatch.setattr(
+            mem._search_log, "_write", lambda pending: writes.append(threading.current_thread().name)
+        )
+        for _ in range(search_log.LOG_FLUSH_EVERY - 1):
+            mem.search("background", k=1)
+        deadline = time.monotonic() + 30
+        # The writer ends once it has written everything buffered.
+        while mem._search_log._writer is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert mem._search_log._writer is None and not mem._search_log._pending
+        assert writes and set(writes) == {"nbmemory-search-log"}
+        monkeypatch.undo()
+        mem.search("background", k=1)
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
+        assert mem.stats()["searches"] == 1  # the one after the patch, written on close
+        assert mem.get(item.id).retrieval_count == 1
 
 
 def test_stats_counts_the_write_ahead_log_in_the_file_size(tmp_path: Path) -> None:

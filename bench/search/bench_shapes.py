@@ -18,8 +18,9 @@ many sections, where grouping per file, dedup and passages read much deeper. Sha
 Every search is the default search at ``k`` (10) with the query vector computed beforehand
 (the query embedding is measured alone and reported beside it). nbmemory and the reference run
 query by query, alternating which goes first. Per stage, p50 and p95 of the trace's times, and
-what each stage read (candidates fused, read by dedup and group, passes); and where the slowest
-searches spent their time (a garbage collection, the search log's batched write, an earlier pass).
+what each stage read (candidates fused, read by dedup and group, passes); where the slowest
+searches spent their time (a garbage collection, a write of the search log that overlapped it, an
+earlier pass); and how many garbage collections ran per 100 searches, by generation (a count).
 
     python -m bench.search.bench_shapes [--shapes notes,notebooks,mix] [--corpus DIR ...]
         [--queries 100] [--warmup 20] [--k 10] [--mix-n 50000] [--no-log] [--out FILE]
@@ -301,6 +302,7 @@ def bench_shape(name: str, store: Path, queries: list[str], real: Any, args: arg
     ref_stages: dict[str, list[float]] = {"bm25": [], "vector": [], "rrf": [], "hydrate": []}
     counts: dict[str, list[int]] = {"fused": [], "dedup_read": [], "dedup_checked": [], "group_read": [], "passes": []}
     slow: list[dict[str, Any]] = []
+    gc_counts = [0, 0, 0]
     overlap = []
     out["loadavg_at_search"] = loadavg()
     gc.callbacks.append(on_gc)
@@ -309,14 +311,23 @@ def bench_shape(name: str, store: Path, queries: list[str], real: Any, args: arg
             def run_nbm(q: str = q) -> list[str]:
                 gc_ms.clear()
                 gc_full.clear()
-                pending = mem._search_log._pending  # bench-only: was the log written by this search
-                before = len(pending)
+                # bench-only: did a write of the search log overlap this search (it waits for it)
+                before = getattr(mem._search_log, "flushes", None)
+                pending = mem._search_log._pending
+                waiting = len(pending)
+                collections = [g["collections"] for g in gc.get_stats()]
                 c0 = time.thread_time()
                 t = time.perf_counter()
                 result = mem.search(q, k=args.k, log=not args.no_log)
                 ms = (time.perf_counter() - t) * 1000
                 cpu.append((time.thread_time() - c0) * 1000)
-                flushed = not args.no_log and len(mem._search_log._pending) <= before
+                if before is None:  # an older checkout: the search itself wrote the log
+                    flushed = not args.no_log and len(mem._search_log._pending) <= waiting
+                else:
+                    flushed = not args.no_log and mem._search_log.flushes != before
+                ran = [g["collections"] - c for g, c in zip(gc.get_stats(), collections, strict=True)]
+                for gen, n in enumerate(ran):
+                    gc_counts[gen] += n
                 e2e.append(ms)
                 tr = result.trace
                 for s in STAGES:
@@ -373,6 +384,8 @@ def bench_shape(name: str, store: Path, queries: list[str], real: Any, args: arg
         "p95_ms": round(cut, 3),
         "slowest": sorted(tail, key=lambda s: -s["ms"])[:8],
         "searches_with_gc": sum(1 for s in slow if s["gc_ms"] > 0),
+        # Counts, not times: garbage collections per 100 searches, per generation (0, 1, 2 = full).
+        "gc_collections_per_100_searches": [round(100 * n / max(len(slow), 1), 1) for n in gc_counts],
         "searches_with_full_gc": sum(1 for s in slow if s["full_gc_ms"] > 0),
         "gc_ms_total": round(sum(s["gc_ms"] for s in slow), 2),
         "searches_writing_the_log": sum(1 for s in slow if s["log_write"]),

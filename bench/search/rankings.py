@@ -60,7 +60,9 @@ def _embedder(model: str) -> Any:
     if model.startswith("fake:"):
         from nbmemory.embed.fake import FakeEmbedder
 
-        return FakeEmbedder(dim=int(model.split(":", 1)[1]))
+        # fake:DIM, or fake:DIM:TAG for a store made with a tagged fake (bench_shapes --fake: fake:384:bench)
+        _, dim, *tag = model.split(":")
+        return FakeEmbedder(dim=int(dim), tag=tag[0] if tag else "fake")
     from nbmemory.embed.loader import load_model
 
     return load_model(model, None)
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--store", type=Path, required=True)
     d.add_argument("--queries", type=Path, required=True, help="JSONL with a query field, or one query a line")
     d.add_argument("--limit", type=int, default=None, help="the first N queries only")
-    d.add_argument("--model", default="all-MiniLM-L6-v2", help="the store's model, or fake:DIM")
+    d.add_argument("--model", default="all-MiniLM-L6-v2", help="the store's model, or fake:DIM[:TAG]")
     d.add_argument("--k", type=int, default=10)
     d.add_argument("--vectors", type=Path, default=None, help="query vectors cache (.npz)")
     d.add_argument("--out", type=Path, required=True)

@@ -50,6 +50,9 @@ class Query:
         self.text = text
         #: How long the embedding took, once :meth:`vector` returned.
         self.embed_ms = 0.0
+        #: What retrievers computed for this query before their cut (every row's score), kept
+        #: for a deeper pass of the same search, which then only cuts deeper.
+        self.memo: dict[Any, Any] = {}
         self._pending: Future[tuple[np.ndarray, float]] | None = None
         if embedder is None:
             return

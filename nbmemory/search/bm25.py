@@ -50,7 +50,7 @@ class BM25Retriever:
             index = hot.serving(self.db)
             if index is not None:
                 allowed = None if filters.empty else index.allowed(self.db, where, params)
-                ranked, held, every = index.bm25(self.db, terms, depth, allowed)
+                ranked, held, every = index.bm25(self.db, terms, depth, allowed, query.memo)
                 score_of = every.of
             else:
                 ranked = fts.search(self.db, terms, depth, where, params, matched=held)

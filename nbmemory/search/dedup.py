@@ -31,19 +31,48 @@ def _grams(tokens: Sequence[str], size: int) -> set[str]:
     return {" ".join(tokens[at : at + size]) for at in range(len(tokens) - size + 1)}
 
 
+#: A posting: the one kept item holding a key, or (only once a second one does) a list of them.
+#: Ints are not tracked by the garbage collector, lists are: a list per word sequence of every
+#: kept item made dedup the search's main source of collections (bench/search/bench_shapes.py).
+_Posting = int | list[int]
+_NONE: tuple[int, ...] = ()
+
+
+def _post(index: dict[str, _Posting], key: str, item: int) -> None:
+    held = index.get(key)
+    if held is None:
+        index[key] = item
+    elif isinstance(held, int):
+        index[key] = [held, item]
+    else:
+        held.append(item)
+
+
+def _items(held: _Posting | None) -> Sequence[int]:
+    if held is None:
+        return _NONE
+    return (held,) if isinstance(held, int) else held
+
+
 class Deduper:
     """Dedup one ranking incrementally: :meth:`offer` candidates best first; each is kept or
     reported as a duplicate of one kept before it (the rule of :func:`dedup`).
 
-    Kept items are indexed by their word sequences of up to :data:`GRAM` words, so a candidate
-    is checked only against the kept items it could contain or be contained in:
+    Kept items are indexed by their word sequences of :data:`GRAM` words (all their words when
+    they have fewer), so a candidate is checked only against the kept items it could contain or
+    be contained in:
 
     - a kept item inside the candidate ends with one of the candidate's sequences (looked up
       by its last sequence: chunks of one file share their first words, the heading path);
     - a kept item holding the candidate holds every sequence of the candidate, so the rarest
-      of them among the kept items names all it could be.
+      of them among the kept items names all it could be. A candidate of fewer than
+      :data:`GRAM` words looks up its whole sequence among the kept items' sequences of that
+      many words, indexed only once such a candidate comes (most searches see none).
 
-    Cost per candidate: linear in its words, plus one check per kept item found that way.
+    Cost per candidate: linear in its words (one sequence per word), plus one check per kept
+    item found that way. What it keeps per kept item is strings, ints and its vector, plus a
+    list only for a sequence that two kept items share: few objects for the garbage collector
+    to track (the count is tested in tests/search/test_stages.py).
     """
 
     def __init__(self, threshold: float = 0.95) -> None:
@@ -57,11 +86,16 @@ class Deduper:
         self._padded: dict[int, str] = {}
         self._vec: dict[int, np.ndarray] = {}
         self._position: dict[int, int] = {}
-        # Every sequence of 1..GRAM words of a kept item -> the kept items holding it.
-        self._holding: dict[str, list[int]] = {}
+        # Every sequence of GRAM words of a kept item -> the kept items holding it.
+        self._holding: dict[str, _Posting] = {}
+        # Sequences of fewer words (size -> sequence -> kept items), for the shorter candidates:
+        # built for a size when the first candidate of that many words comes.
+        self._holding_short: dict[int, dict[str, _Posting]] = {}
         # The last sequence of a kept item (GRAM words, or all of a shorter one) -> those items.
         # The last, not the first: chunks of one file begin alike (their heading path).
-        self._ending: dict[str, list[int]] = {}
+        self._ending: dict[str, _Posting] = {}
+        # The lengths of the kept items shorter than GRAM words: their whole is their ending.
+        self._short_endings: set[int] = set()
 
     def offer(self, item: int, text: str, vec: np.ndarray | None) -> tuple[int, float] | None:
         """None when ``item`` is kept; else (the kept id it duplicates, their cosine similarity)."""
@@ -69,27 +103,46 @@ class Deduper:
         w = words(text)
         if w and w in self._exact:
             return self._exact[w], 1.0
+        if not w or vec is None:
+            # Never a near duplicate (no words or no vector), nor one to find: kept, not indexed.
+            self._keep(item, w, [], set(), None)
+            return None
         tokens = w.split()
-        mine = [_grams(tokens, size) for size in range(1, min(GRAM, len(tokens)) + 1)]
-        if w and vec is not None:
-            match = self._near(w, tokens, mine, vec)
-            if match is not None:
-                return match
-        self._keep(item, w, tokens, mine, vec)
+        grams = _grams(tokens, min(GRAM, len(tokens)))
+        match = self._near(w, tokens, grams, vec)
+        if match is not None:
+            return match
+        self._keep(item, w, tokens, grams, vec)
         return None
 
-    def _near(
-        self, w: str, tokens: list[str], mine: list[set[str]], vec: np.ndarray
-    ) -> tuple[int, float] | None:
-        """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold."""
+    def _near(self, w: str, tokens: list[str], grams: set[str], vec: np.ndarray) -> tuple[int, float] | None:
+        """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold.
+
+        ``grams``: the candidate's sequences of min(GRAM, its length) words.
+        """
         found: set[int] = set()
-        # Kept items held by the candidate end with one of its sequences.
-        for grams in mine:
-            for gram in grams:
-                found.update(self._ending.get(gram, ()))
-        # Kept items holding the candidate hold every one of its longest sequences.
-        longest = mine[-1]
-        rarest = min((self._holding.get(g, []) for g in longest), key=len, default=[])
+        # Kept items held by the candidate end with one of its sequences: of GRAM words, or of
+        # the length of a shorter kept item.
+        ending = self._ending
+        size = len(tokens)
+        for length in self._short_endings:
+            if length < min(GRAM, size):
+                for gram in _grams(tokens, length):
+                    if gram in ending:
+                        found.update(_items(ending[gram]))
+        for gram in grams:
+            if gram in ending:
+                found.update(_items(ending[gram]))
+        # Kept items holding the candidate hold every one of its sequences.
+        holding = self._holding if size >= GRAM else self._short(size)
+        rarest: Sequence[int] = _NONE
+        for n, gram in enumerate(grams):
+            held = _items(holding.get(gram))
+            if not held:
+                rarest = _NONE
+                break
+            if n == 0 or len(held) < len(rarest):
+                rarest = held
         found.update(rarest)
         padded = f" {w} "
         for j in sorted(found, key=self._position.__getitem__):
@@ -103,7 +156,17 @@ class Deduper:
                 return j, sim
         return None
 
-    def _keep(self, item: int, w: str, tokens: list[str], mine: list[set[str]], vec: np.ndarray | None) -> None:
+    def _short(self, size: int) -> dict[str, _Posting]:
+        """The kept items' sequences of ``size`` (< GRAM) words, indexed now if not yet (once)."""
+        index = self._holding_short.get(size)
+        if index is None:
+            index = self._holding_short[size] = {}
+            for j in self._padded:  # every indexed kept item, in kept order
+                for gram in _grams(self._padded[j].split(), size):
+                    _post(index, gram, j)
+        return index
+
+    def _keep(self, item: int, w: str, tokens: list[str], grams: set[str], vec: np.ndarray | None) -> None:
         self._position[item] = len(self.kept)
         self.kept.append(item)
         if not w:
@@ -113,10 +176,15 @@ class Deduper:
             return  # never a near duplicate of anything: no need to find it
         self._vec[item] = vec
         self._padded[item] = f" {w} "
-        for grams in mine:
+        if len(tokens) >= GRAM:
             for gram in grams:
-                self._holding.setdefault(gram, []).append(item)
-        self._ending.setdefault(" ".join(tokens[-GRAM:]), []).append(item)
+                _post(self._holding, gram, item)
+        for size, index in self._holding_short.items():
+            for gram in grams if size == len(tokens) else _grams(tokens, size):
+                _post(index, gram, item)
+        if len(tokens) < GRAM:
+            self._short_endings.add(len(tokens))
+        _post(self._ending, " ".join(tokens[-GRAM:]), item)
 
 
 def dedup(

@@ -9,6 +9,7 @@ flag and hydration (:mod:`~nbmemory.search.result`). Each stage is a named step
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -67,6 +68,12 @@ def checked_query(query: str, k: int) -> str:
     return query[:MAX_QUERY_CHARS]
 
 
+def _gc_counts() -> tuple[list[int], int]:
+    """Collections so far per generation, and the youngest generation's count (objects
+    allocated less those freed since its last collection)."""
+    return [g["collections"] for g in gc.get_stats()], gc.get_count()[0]
+
+
 class SearchPipeline:
     """Runs one hybrid search over a :class:`Database` with an :class:`Embedder`.
 
@@ -87,25 +94,36 @@ class SearchPipeline:
         depth = self.config.depth or max(50, 3 * k)
         pool_size = self._pool_depth(k)
         passes, earlier_ms = 0, 0.0
-        while True:
-            result, saturated = self._run(text, k, filters or Filters(), depth, pool_size)
-            passes += 1
-            result.trace.passes, result.trace.earlier_ms = passes, earlier_ms
-            # Grouping can leave fewer than k sources among the candidates taken (a long note
-            # fills them): take deeper while a retriever may hold more.
-            if not (self.config.group and len(result.hits) < k and saturated and depth < MAX_GROUP_DEPTH):
-                return result
-            earlier_ms = result.trace.total_ms
-            depth, pool_size = depth * 4, depth * 8
-
-    def _run(
-        self, text: str, k: int, filters: Filters, depth: int, pool_size: int
-    ) -> tuple[SearchResult, bool]:
-        """One pass of every stage; also whether more candidates exist than this pass considered."""
-        config = self.config
-        trace = Trace(text)
+        # Counts for the trace (what a search allocates and collects, not what it took).
+        collections, objects = _gc_counts()
+        # One query for every pass: its embedding, and the retrievers' scores a deeper pass cuts again.
         needs_vector = any(r.needs_vector for r in self.retrievers)
         q = Query(text, self.embedder if needs_vector else None)
+        while True:
+            result, trace = self._run(q, k, filters or Filters(), depth, pool_size)
+            passes += 1
+            if result is None:
+                # Grouping left fewer than k sources among the candidates taken (a long note
+                # fills them) while a retriever may hold more: take deeper.
+                earlier_ms += trace.total_ms
+                depth, pool_size = depth * 4, depth * 8
+                continue
+            result.trace.passes, result.trace.earlier_ms = passes, earlier_ms
+            after, objects_after = _gc_counts()
+            ran = [b - a for a, b in zip(collections, after, strict=True)]
+            result.trace.gc_collections = ran
+            result.trace.gc_objects = objects_after - objects if not any(ran) else None
+            return result
+
+    def _run(
+        self, q: Query, k: int, filters: Filters, depth: int, pool_size: int
+    ) -> tuple[SearchResult | None, Trace]:
+        """One pass of every stage, and its trace; no result when a grouped search found fewer
+        than ``k`` sources while more candidates exist than it considered (the caller takes
+        deeper: what would only be thrown away, the no-answer flag and hydration, is skipped)."""
+        config = self.config
+        text = q.text
+        trace = Trace(text)
         found = self._retrieve(q, depth, filters, trace)
         # More candidates exist when a retriever returned all it was asked for, or when the
         # fused pool below cuts some of those it returned.
@@ -130,6 +148,8 @@ class SearchPipeline:
         elif config.dedup or config.group:
             order, more = self._walk(order, pool, k, trace, dedup=config.dedup, group=config.group)
         order = order[:k]
+        if config.group and len(order) < k and saturated and depth < MAX_GROUP_DEPTH:
+            return None, trace
         rejected, reason = False, ""
         if config.reject and evidence is not None and "vector" in found:
             rejected, reason = self._reject(text, order, found, evidence, trace)
@@ -137,7 +157,7 @@ class SearchPipeline:
         for hit in hits:
             hit.more = more.get(hit.id, [])
         self._support(hits, evidence)
-        return SearchResult(text, hits, trace, rejected=rejected, reason=reason), saturated
+        return SearchResult(text, hits, trace, rejected=rejected, reason=reason), trace
 
     # -- stages ---------------------------------------------------------------------------------
     def _retrieve(self, query: Query, depth: int, filters: Filters, trace: Trace) -> dict[str, Retrieved]:

@@ -34,6 +34,11 @@ class Trace:
     passes: int = 1
     #: Time spent in the passes before the last one.
     earlier_ms: float = 0.0
+    #: Garbage collections that ran during the search (every pass), per generation (2: full).
+    gc_collections: list[int] = field(default_factory=lambda: [0, 0, 0])
+    #: Objects tracked by the garbage collector that the search left alive beyond those it freed
+    #: (its net allocations), known only when no collection ran during it.
+    gc_objects: int | None = None
 
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)
@@ -82,7 +87,9 @@ class Trace:
         listed as ``dropped`` with the reason.
         """
         passes = f", {self.passes} passes ({self.earlier_ms:.1f} ms before the last)" if self.passes > 1 else ""
-        lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms{passes})"]
+        collected = ", ".join(f"gen{g} x{n}" for g, n in enumerate(self.gc_collections) if n)
+        gc_note = f", garbage collections: {collected}" if collected else ""
+        lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms{passes}{gc_note})"]
         for stage in self.stages:
             base = self.stage(stage.compare_to) if stage.compare_to else None
             previous = base.output if base is not None else None
@@ -114,6 +121,8 @@ class Trace:
             "query": self.query,
             "passes": self.passes,
             "earlier_ms": round(self.earlier_ms, 3),
+            "gc_collections": list(self.gc_collections),
+            "gc_objects": self.gc_objects,
             "stages": [
                 {
                     "name": s.name,

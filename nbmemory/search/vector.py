@@ -41,7 +41,7 @@ class VectorRetriever:
         qvec = query.vector()
         where, params = filters.sql()
         found, plan = vectors.search(
-            self.db, qvec, depth, self.embedder.dim, None if filters.empty else where, params
+            self.db, qvec, depth, self.embedder.dim, None if filters.empty else where, params, query.memo
         )
         notes: dict[str, Any] = {"method": plan.method, "embed_ms": round(query.embed_ms, 2)}
         if plan.matching_rows is not None:

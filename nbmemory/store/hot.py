@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory import long_lived
 from nbmemory.store import fts
 from nbmemory.store import rows as row_store
 from nbmemory.store.db import Database
@@ -157,6 +158,7 @@ class HotIndex:
             row_store.install(db, preloaded, epoch)
         self.build_ms = (time.perf_counter() - started) * 1000
         self.ready = True
+        long_lived.settle()  # the terms and rows just read: no full collection walks them again
 
     def _read_vectors(self, con: Any, has_vectors: bool) -> None:
         self.mat = np.zeros((self.n, 0), dtype=np.float32)
@@ -303,15 +305,35 @@ class HotIndex:
         return mask & self.live
 
     def bm25(
-        self, db: Database, terms: list[str], limit: int, allowed: np.ndarray | None
+        self,
+        db: Database,
+        terms: list[str],
+        limit: int,
+        allowed: np.ndarray | None,
+        memo: dict[Any, Any] | None = None,
     ) -> tuple[list[tuple[int, float]], dict[int, set[str]], BM25Scores]:
         """Top ``limit`` (chunk id, BM25 score), best first, ties by id; the terms each holds;
         and every allowed chunk's score, for chunks another retriever found below the cut.
 
-        The scores of :func:`nbmemory.store.fts.search`, computed from the arrays.
+        The scores of :func:`nbmemory.store.fts.search`, computed from the arrays. ``memo``:
+        one search's store (:attr:`nbmemory.search.base.Query.memo`): a deeper pass of the same
+        search cuts the scores computed by the first instead of computing them again.
         """
         if not terms or not fts.index_exists(db) or self.n == 0:
             return [], {}, BM25Scores.empty()
+        key = ("bm25", id(self), tuple(terms))
+        every = memo.get(key) if memo is not None else None
+        if every is None:
+            every = self._bm25_scores(db, terms, allowed)
+            if memo is not None:
+                memo[key] = every
+        candidates = np.flatnonzero(every.holds)
+        top = _top(candidates, every.scores[candidates], every.ids, limit)
+        ranked = [(int(every.ids[r]), float(every.scores[r])) for r in top]
+        return ranked, every.matched(top), every
+
+    def _bm25_scores(self, db: Database, terms: list[str], allowed: np.ndarray | None) -> BM25Scores:
+        """Every row's BM25 score for ``terms`` (0 where not allowed or holding none)."""
         n_idx, avgdl_idx, n_delta, len_delta = fts.corpus_stats(db)
         n = float(n_idx) + float(n_delta)
         avgdl = max((float(n_idx) * float(avgdl_idx) + float(len_delta)) / max(n, 1.0), 1.0)
@@ -342,11 +364,7 @@ class HotIndex:
                 held = np.concatenate(parts)
                 holds[held] = True
                 term_rows[term] = held
-        candidates = np.flatnonzero(holds)
-        top = _top(candidates, scores[candidates], self.ids, limit)
-        ranked = [(int(self.ids[r]), float(scores[r])) for r in top]
-        every = BM25Scores(self.ids, scores, holds, term_rows)
-        return ranked, every.matched(top), every
+        return BM25Scores(self.ids, scores, holds, term_rows)
 
     def idfs(self, db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], float]:
         """:func:`nbmemory.store.fts.idfs` from the arrays: ({term: (IDF, df)}, IDF of an unseen term)."""
@@ -358,30 +376,44 @@ class HotIndex:
             table[term] = (fts.idf(n, float(df)), int(df))
         return table, fts.idf(n, 0.0)
 
-    def nearest(self, query: np.ndarray, limit: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
+    def nearest(
+        self, query: np.ndarray, limit: int, allowed: np.ndarray | None, memo: dict[Any, Any] | None = None
+    ) -> list[tuple[int, float]]:
         """Top ``limit`` (chunk id, cosine similarity), best first, ties by id: an exact scan, or
-        for an unfiltered search of a large memory the partitions nearest the query (:class:`_Ivf`)."""
+        for an unfiltered search of a large memory the partitions nearest the query (:class:`_Ivf`).
+
+        ``memo``: one search's store (as in :meth:`bm25`): a deeper pass cuts the first pass's scan.
+        """
         if self.n == 0:
             return []
+        key = ("nearest", id(self), allowed is None)
+        scanned = memo.get(key) if memo is not None else None
+        if scanned is None:
+            scanned = (self.ids, self.mat, *self._scan(query, allowed))
+            if memo is not None:
+                memo[key] = scanned
+        ids, mat, rows, scores = scanned
+        # The scan's float32 BLAS may round two equal vectors differently: the best few are
+        # scored again in float64, row by row (equal vectors, equal scores; ties by id).
+        head = _top(rows, scores, ids, limit + RESCORE_MARGIN)
+        exact = cosine64(mat[head], query)
+        order = _top(np.arange(len(head)), exact, ids[head], limit)
+        return [(int(ids[head[j]]), float(exact[j])) for j in order]
+
+    def _scan(self, query: np.ndarray, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Candidate rows and their float32 cosines to ``query``."""
         q = np.asarray(query, dtype=np.float32)
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / norm
         if self.ivf is not None and allowed is None:
-            rows, scores = self.ivf.search(q, self)
-        else:
-            sims = (self.mat @ q) * self.inv_norm
-            ok = self.live & (self.inv_norm > 0)
-            if allowed is not None:
-                ok &= allowed
-            rows = np.flatnonzero(ok)
-            scores = sims[rows]
-        # The scan's float32 BLAS may round two equal vectors differently: the best few are
-        # scored again in float64, row by row (equal vectors, equal scores; ties by id).
-        head = _top(rows, scores, self.ids, limit + RESCORE_MARGIN)
-        exact = cosine64(self.mat[head], query)
-        order = _top(np.arange(len(head)), exact, self.ids[head], limit)
-        return [(int(self.ids[head[j]]), float(exact[j])) for j in order]
+            return self.ivf.search(q, self)
+        sims = (self.mat @ q) * self.inv_norm
+        ok = self.live & (self.inv_norm > 0)
+        if allowed is not None:
+            ok &= allowed
+        rows = np.flatnonzero(ok)
+        return rows, sims[rows]
 
     def vectors(self, chunk_ids: Iterable[int]) -> dict[int, np.ndarray]:
         """The stored vectors of those chunk ids this index holds (copies)."""

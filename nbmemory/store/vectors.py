@@ -256,17 +256,20 @@ def search(
     dim: int,
     where: str | None = None,
     params: list[Any] | None = None,
+    memo: dict[Any, Any] | None = None,
 ) -> tuple[list[tuple[int, float]], VectorPlan]:
     """Top ``limit`` (chunk id, cosine distance) among live chunks matching ``where``.
 
-    ``where`` is a condition on alias ``c`` (chunks); ``None`` means every live chunk.
+    ``where`` is a condition on alias ``c`` (chunks); ``None`` means every live chunk. ``memo``:
+    one search's store, where the memory-resident scan is kept for a deeper pass
+    (:meth:`nbmemory.store.hot.HotIndex.nearest`).
     """
     params = params or []
     with db.lock:
         index = hot.serving(db)
         if index is not None:
             allowed = None if where is None else index.allowed(db, where, params)
-            found = index.nearest(query, limit, allowed)
+            found = index.nearest(query, limit, allowed, memo)
             matching = None if allowed is None else int(allowed.sum())
             return [(i, 1.0 - sim) for i, sim in found], VectorPlan("memory", len(found), matching)
     qv = query.astype(np.float32).tolist()

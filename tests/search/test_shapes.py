@@ -3,6 +3,7 @@ dedup and group ranks as the stages did before it (saved rankings)."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,3 +74,20 @@ def test_more_lists_a_leaders_other_cells_read_above_the_kth_group(notebook_mem:
     assert fused is not None
     last = fused.output.index(result.hits[-1].id)
     assert all(fused.output.index(i) < last for i in riders)
+
+
+def test_the_trace_counts_garbage_collections_and_objects(notebook_mem: Memory) -> None:
+    notebook_mem.search("tokenizer", k=10, log=False)  # rows and vectors read once
+    gc.collect()
+    gc.disable()
+    try:
+        trace = notebook_mem.search("tokenizer", k=10, log=False).trace
+    finally:
+        gc.enable()
+    # No collection ran, so the objects it left alive are known: its result, not its postings.
+    assert trace.gc_collections == [0, 0, 0]
+    assert trace.gc_objects is not None and trace.gc_objects < 2000  # about 1,000: hits, trace
+    assert trace.to_dict()["gc_collections"] == [0, 0, 0]
+    gc.collect()
+    collected = notebook_mem.search("tokenizer", k=10, log=False).trace
+    assert len(collected.gc_collections) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from nbmemory.search.adaptive import fusion_weights, identifiers
 from nbmemory.search.decay import ItemSignals, recency_factor
-from nbmemory.search.dedup import dedup
+from nbmemory.search.dedup import Deduper, dedup
 from nbmemory.search.mmr import mmr
 from nbmemory.search.reject import RARE_ZIPF, Thresholds, Unseen, rare, unseen
 from nbmemory.search.rerank import blend, gate
@@ -125,6 +126,73 @@ def test_dedup_needs_the_embeddings_to_agree_for_contained_text() -> None:
     texts = {1: "restart the worker", 2: "restart the worker only after the backup finished"}
     kept, _ = dedup([1, 2], texts, {1: unit(1, 0), 2: unit(0, 1)}, threshold=0.95)
     assert kept == [1, 2]
+
+
+def _dedup_all_pairs(ids: list[int], texts: dict[int, str], vecs: dict[int, np.ndarray], threshold: float) -> list[int]:
+    """The rule of :func:`dedup` checked against every kept item (the reference, quadratic)."""
+    kept: list[int] = []
+    seen: dict[str, int] = {}
+    for i in ids:
+        w = " ".join(re.findall(r"\w+", texts[i].lower()))
+        if w and w in seen:
+            continue
+        padded = f" {w} "
+        if w and any(
+            (padded in f" {seen_w} " or f" {seen_w} " in padded) and float(vecs[j] @ vecs[i]) >= threshold
+            for seen_w, j in seen.items()
+        ):
+            continue
+        kept.append(i)
+        if w:
+            seen.setdefault(w, i)
+    return kept
+
+
+def test_dedup_finds_what_comparing_every_pair_finds_short_texts_included() -> None:
+    rng = np.random.default_rng(3)
+    vocab = ["a", "b", "c", "d"]
+    for trial in range(40):
+        texts: dict[int, str] = {}
+        for i in range(60):
+            n = int(rng.integers(0, 7))  # empty, one or two words, and longer
+            texts[i] = " ".join(rng.choice(vocab, n)) if i % 5 else texts.get(i - 1, "a b c") + " d"
+        vecs = {i: unit(1.0, float(rng.uniform(0, 0.2))) for i in texts}
+        ids = list(texts)
+        kept, _ = dedup(ids, texts, vecs, threshold=0.99)
+        assert kept == _dedup_all_pairs(ids, texts, vecs, 0.99), trial
+
+
+def _objects_kept_by_a_deduper(cells: int) -> int:
+    """Objects the garbage collector tracks that a :class:`Deduper` still holds after ``cells``
+    cells of one notebook were offered (all kept: each has words of its own)."""
+    rng = np.random.default_rng(0)
+    texts = [
+        f"notebook training > section {n % 3}\n" + " ".join(f"w{n}x{j}" for j in range(25))
+        for n in range(cells)
+    ]
+    vecs = [unit(*rng.standard_normal(8)) for _ in texts]
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()  # no collection resets the count while it is read
+    try:
+        before = gc.get_count()[0]
+        deduper = Deduper(0.95)
+        for n, (text, vec) in enumerate(zip(texts, vecs, strict=True)):
+            assert deduper.offer(n, text, vec) is None
+        return gc.get_count()[0] - before
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_dedup_postings_are_not_one_object_per_word_sequence() -> None:
+    # A count, not a time: a list per word sequence of every kept item (about 75 per cell here)
+    # made dedup the search's main source of garbage collections. A sequence held by one item
+    # is an int; only the few shared by several (the heading path) are lists, so the objects
+    # kept do not grow with the cells read.
+    few, many = _objects_kept_by_a_deduper(20), _objects_kept_by_a_deduper(200)
+    assert many <= 40
+    assert many - few <= 5
 
 
 # -- recency -----------------------------------------------------------------------------------
