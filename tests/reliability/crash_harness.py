@@ -600,8 +600,15 @@ class Verifier:
         words = [token_of(t) for _, t in self.rng.sample(live, min(len(live), 6))]
         queries = words + [" ".join(self.rng.sample(WORDS, 2)) for _ in range(6)]
 
-        def ranked() -> list[list[tuple[int, float]]]:
-            return [[(h.id, round(h.score, 6)) for h in mem.search(q, k=10, log=False).hits] for q in queries]
+        def ranked() -> list[list[tuple[float, int]]]:
+            out = []
+            for query in queries:
+                hits = sorted((-round(h.score, 6), h.id) for h in mem.search(query, k=10, log=False).hits)
+                # Which of several equal scores at the cut make the top 10 is arbitrary.
+                out.append(
+                    [hit for hit in hits if hit[0] < hits[-1][0]] + [(hits[-1][0], -1)] if hits else []
+                )
+            return out
 
         before = ranked()
         with db.lock:
