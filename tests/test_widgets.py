@@ -150,7 +150,7 @@ def test_explain_panel_and_chart(explorer: MemoryExplorer) -> None:
     assert explorer.chart_view.spec["mark"]["type"] == "point"
     explorer.chart_picker.value = "contribution"
     assert explorer.chart_kind == "contribution"
-    assert explorer.chart.to_dict()["encoding"]["x"]["field"] == "contribution"
+    assert explorer.chart.to_dict()["encoding"]["x2"]["field"] == "end"
     explorer.chart_kind = "scores"
     assert explorer.chart.to_dict()["encoding"]["column"]["field"] == "retriever"
     explorer.query = ""
