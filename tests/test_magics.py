@@ -245,11 +245,12 @@ def test_memsearch_table_groups_a_file_and_says_no_confident_match(
         )
 
     monkeypatch.setattr(fake_mem, "search", rejecting)
-    rejected = display_of(ip, "memsearch", "deploy qqqq")
-    assert (
-        "no confident match: qqqq appears nowhere for &#x27;deploy qqqq&#x27;; the closest items:" in rejected
-    )
-    assert "Deploy to staging" in rejected
+    rejected = display_of(ip, "memsearch", "deploy qqqq --chunks")
+    assert "no confident match: qqqq appears nowhere for &#x27;deploy qqqq&#x27;" in rejected
+    # At most three closest items, folded under the line.
+    assert "<details class='nbmemory-closest'><summary>show the 3 closest items</summary>" in rejected
+    assert rejected.count("<tr data-nbmemory-id") == 3 and "Deploy to staging" in rejected
+    assert "weaker matches" not in rejected
 
 
 def test_stored_script_and_img_onerror_render_escaped(ip: InteractiveShell, fake_mem: Memory) -> None:
@@ -299,7 +300,7 @@ def test_one_output_per_cell_and_the_semicolon_silences_it(ip: InteractiveShell,
         result = ip.run_cell("%memsearch vpn")
     assert isinstance(result.result, SearchHits) and cap.outputs == []
     # Terminal IPython prints the value once, as the text table.
-    assert cap.stdout.count("1 hit(s) for 'vpn'") == 1 and "shape:" not in cap.stdout
+    assert cap.stdout.count("1 hit for 'vpn'") == 1 and "shape:" not in cap.stdout
     with capture_output() as cap:
         ip.run_cell("hits = %memsearch vpn", store_history=False)
     assert cap.outputs == [] and cap.stdout == ""

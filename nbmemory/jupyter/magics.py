@@ -461,7 +461,8 @@ class MemoryMagics(Magics):
             return None
         title = f"{_plural(len(result.hits), 'hit')} for {query!r}"
         if result.rejected:
-            title = f"{result.reason} for {query!r}; the closest items:"
+            # The closest few are shown folded under it (SearchHits): none of them is an answer.
+            title = f"{result.reason} for {query!r}"
         trace = result.explain(top=_k(args.k, self.top_k)) if args.explain or self.explain else None
         return SearchHits(result, title, links=self._links(), trace=trace)
 
@@ -486,7 +487,7 @@ class MemoryMagics(Magics):
         with _as_usage_errors():
             hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)
         result = SearchResult(f"related to #{args.id}", hits, Trace(f"related to #{args.id}"))
-        return SearchHits(result, f"{len(hits)} item(s) related to #{args.id}", links=self._links())
+        return SearchHits(result, f"{_plural(len(hits), 'item')} related to #{args.id}", links=self._links())
 
     @magic_arguments()
     @argument("query", nargs="*", help="what the prompt is about: " + _QUERY_HELP.split(", ", 1)[0])
