@@ -2,8 +2,7 @@
 
 Blocking nbmemory calls run in the state's thread pool. User mistakes answer 4xx with
 ``{"message": ...}``: 400 for a bad argument or an :class:`~nbmemory.NbMemoryError`, 403 for a
-path outside the server's root, 404 for an unknown item or job (or ``GET tune`` before any run),
-409 for a second tuning run.
+path outside the server's root, 404 for an unknown item or job, 409 for a second tuning run.
 """
 
 from __future__ import annotations
@@ -554,15 +553,14 @@ class TuneHandler(MemoryHandler):
     job's id and status line. Tuning runs only in the process that owns the memory file.
 
     ``GET /nbmemory/tune``: the running job, else the one started last (as ``GET tune/<job>``
-    answers it), 404 if none was started in this server: a reloaded sidebar follows it again.
+    answers it), ``null`` if none was started in this server: a reloaded sidebar follows a run
+    again, and the sidebar asks on every page load, where "no run yet" is no error.
     """
 
     @tornado.web.authenticated
     async def get(self) -> None:
         current = _current_tune(self.state)
-        if current is None:
-            raise _fail(404, "no tuning run has been started in this server: POST /nbmemory/tune starts one")
-        self.reply(_tune_dict(*current))
+        self.reply(_tune_dict(*current) if current is not None else None)
 
     @tornado.web.authenticated
     async def post(self) -> None:

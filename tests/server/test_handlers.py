@@ -458,9 +458,9 @@ async def test_tune_reports_a_failed_run(jp_fetch: Any) -> None:
 
 
 async def test_get_tune_answers_the_latest_run(jp_fetch: Any) -> None:
+    # Asked on every page load by the sidebar: no run yet is an answer, not a 404 in the log.
     none = await call(jp_fetch, "GET", "tune")
-    assert none.code == 404
-    assert "no tuning run has been started in this server" in payload(none)["message"]
+    assert none.code == 200 and payload(none) is None
     # Quick runs: this server's memory embeds with the fake embedder, so each one fails at once.
     assert (await call(jp_fetch, "POST", "remember", body={"text": "Deploys need the VPN."})).code == 201
     first = payload(await call(jp_fetch, "POST", "tune"))
