@@ -31,6 +31,7 @@ from nbmemory.options import (
     owned_memory,
     pipeline_config,
     query_sources,
+    score_scale,
     search_filters,
     to_jsonable,
     tune_options,
@@ -207,7 +208,8 @@ class SearchHandler(MemoryHandler):
     """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&explain=1&chunks=1``.
 
     Results come one per file (``more``: the file's other chunks) unless ``chunks=1``;
-    ``rejected``/``reason`` flag a search with no confident answer (its hits are kept).
+    ``rejected``/``reason`` flag a search with no confident answer (its hits are kept). Each hit's
+    ``parts`` are what its score is made of (they sum to it); ``scale`` says what a score is.
     """
 
     @tornado.web.authenticated
@@ -223,13 +225,18 @@ class SearchHandler(MemoryHandler):
         if chunks:
             kwargs["config"] = pipeline_config(None, PipelineConfig().rrf_k, chunks=True)
         result = await self.call(lambda mem: mem.search(query, k, **kwargs))
+        hits = self.hits(result.hits)
+        parts = result.parts()
+        for hit in hits:
+            hit["parts"] = parts.get(hit["id"], {})
         data: dict[str, Any] = {
             "query": query,
             "k": k,
             "ms": round((time.perf_counter() - started) * 1000, 1),
-            "hits": self.hits(result.hits),
+            "hits": hits,
             "rejected": result.rejected,
             "reason": result.reason,
+            "scale": score_scale(result),
         }
         if explain:
             data["trace"] = result.trace.to_dict()

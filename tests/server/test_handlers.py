@@ -172,6 +172,9 @@ async def test_remember_then_search_finds_it(jp_fetch: Any, nbm_state: Any) -> N
     assert hit["id"] == item["id"]
     assert hit["location"] == "(remembered)" and hit["path"] is None
     assert "bm25" in hit["found_by"] and hit["ranks"]["bm25"] == 1
+    # What the score is made of, and what a score is: the sidebar shows them on hover.
+    assert sum(hit["parts"].values()) == pytest.approx(hit["score"]) and "bm25" in hit["parts"]
+    assert "x cosine" in found["scale"]
     assert [s["name"] for s in found["trace"]["stages"]]
     assert isinstance(found["explain"], str) and found["explain"]
 
