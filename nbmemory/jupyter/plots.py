@@ -377,7 +377,8 @@ def contribution(result: SearchResult) -> alt.Chart:
         .encode(
             x=alt.X("start:Q", title="score"),
             x2="end:Q",
-            y=alt.Y("item:N", sort=labels, title="rank, item"),
+            # Room for a folder, a file name and the id.
+            y=alt.Y("item:N", sort=labels, title="rank, item", axis=alt.Axis(labelLimit=280)),
             color=alt.Color("part:N", title="part", sort=order, scale=alt.Scale(domain=order)),
             opacity=alt.when(picked).then(alt.value(1.0)).otherwise(alt.value(0.25)),
             tooltip=[
