@@ -176,12 +176,15 @@ def test_the_explorer_chart_tab_draws_offline(notebook: Any) -> None:
 
 def test_a_pasted_command_is_searched_as_typed(notebook: Any) -> None:
     _, panel = notebook
-    text = outputs(panel, PASTED).inner_text()
+    cell(panel, PASTED).scroll_into_view_if_needed()
+    text = outputs(panel, PASTED).text_content() or ""
     assert "for 'HEAD@{1} git reset --hard'" in text and "UsageError" not in text
 
 
 def test_weak_hits_sit_under_one_line_and_a_flagged_search_is_folded(notebook: Any) -> None:
     _, panel = notebook
+    # In view: Lab does not render the cells of a long notebook that are out of sight.
+    cell(panel, WEAK).scroll_into_view_if_needed()
     weak = outputs(panel, WEAK)
     label = weak.locator("tr.nbmemory-weak-label")
     assert label.count() == 1
@@ -192,11 +195,14 @@ def test_weak_hits_sit_under_one_line_and_a_flagged_search_is_folded(notebook: A
     assert "x cosine" in (weak.locator("th", has_text="score").get_attribute("title") or "")
     assert "hover a score for its parts" in weak.inner_text()
     assert " + cosine " in (rows.first.locator("td").nth(1).get_attribute("title") or "")
+    cell(panel, FLAGGED).scroll_into_view_if_needed()
     flagged = outputs(panel, FLAGGED)
+    flagged.wait_for(state="visible")
     fold = flagged.locator("details.nbmemory-closest")
     assert fold.count() == 1 and fold.get_attribute("open") is None
-    assert not fold.locator("table").is_visible()
+    summary = fold.locator(":scope > summary")
+    assert summary.is_visible() and not fold.locator("table").is_visible()
     assert fold.locator("tr[data-nbmemory-id]").count() == 3
     assert "show the 3 closest items" in flagged.inner_text() and "weaker" not in flagged.inner_text()
-    fold.locator("summary").click()
+    summary.click()
     assert fold.locator("table").is_visible()
