@@ -286,3 +286,15 @@ def test_contribution_bars_end_at_the_scores_in_rank_order(fake_mem: Memory) -> 
         assert ends["id"].to_list() == result.ids
         assert ends["end"].to_list() == pytest.approx([h.score for h in result.hits], abs=1e-9)
         assert ends["end"].to_list() == sorted(ends["end"].to_list(), reverse=True)
+
+
+def test_a_part_keeps_its_colour_from_chart_to_chart() -> None:
+    def colours(result: SearchResult) -> dict[str, str]:
+        scale = contribution(result).to_dict()["encoding"]["color"]["scale"]
+        return dict(zip(scale["domain"], scale["range"], strict=True))
+
+    plain = hand_made_result()
+    leaning = hand_made_result()
+    leaning.trace.stage("rrf").parts[3] = {"bm25": 0.01, "identifier": 0.005, "vector": 1 / 61}  # type: ignore[union-attr]
+    assert colours(plain)["BM25"] == colours(leaning)["BM25"] != colours(leaning)["identifier lean (to BM25)"]
+    assert set(colours(leaning)) == {"BM25", "identifier lean (to BM25)", "vector"}

@@ -331,6 +331,32 @@ def contribution_frame(result: SearchResult) -> pl.DataFrame:
     )
 
 
+#: A colour per known part (tableau20): the keyword side in blues, the cosine side in oranges.
+_COLOURS = {
+    "BM25": "#4c78a8",
+    "identifier lean (to BM25)": "#9ecae9",
+    "cosine": "#f58518",
+    "passage (raised the cosine)": "#ffbf79",
+    "vector": "#f58518",
+    "recency": "#54a24b",
+    "importance": "#b279a2",
+    "retrievals": "#eeca3b",
+    "pinned": "#ff9da6",
+    "fused rank (RRF)": "#4c78a8",
+    "cross-encoder rank (RRF)": "#e45756",
+    "below the reranked": "#bab0ac",
+    "MMR relevance": "#72b7b2",
+    "MMR redundancy": "#e45756",
+    "below the MMR picks": "#bab0ac",
+    "superseded": "#9d755d",
+    "score (not broken down)": "#bab0ac",
+}
+
+
+def _part_colour(label: str) -> str:
+    return _COLOURS.get(label, "#79706e")
+
+
 def _last_score(result: SearchResult, doc: int) -> float:
     for stage in reversed(result.trace.stages):
         if doc in stage.scores:
@@ -377,9 +403,15 @@ def contribution(result: SearchResult) -> alt.Chart:
         .encode(
             x=alt.X("start:Q", title="score"),
             x2="end:Q",
-            # Room for a folder, a file name and the id.
-            y=alt.Y("item:N", sort=labels, title="rank, item", axis=alt.Axis(labelLimit=280)),
-            color=alt.Color("part:N", title="part", sort=order, scale=alt.Scale(domain=order)),
+            # Room for a folder, a file name and the id; the labels say what they are.
+            y=alt.Y("item:N", sort=labels, title=None, axis=alt.Axis(labelLimit=280)),
+            # A part keeps its colour from chart to chart, whichever other parts are present.
+            color=alt.Color(
+                "part:N",
+                title="part",
+                sort=order,
+                scale=alt.Scale(domain=order, range=[_part_colour(p) for p in order]),
+            ),
             opacity=alt.when(picked).then(alt.value(1.0)).otherwise(alt.value(0.25)),
             tooltip=[
                 "item:N",
