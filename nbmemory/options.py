@@ -31,9 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNKS",
+    "CLOSEST",
     "KINDS",
     "RETRIEVERS",
     "TUNE_OPTIONS",
+    "WEAK_LABEL",
     "Option",
     "filter_options",
     "link_outside",
@@ -41,8 +43,10 @@ __all__ = [
     "magic_options",
     "owned_memory",
     "pipeline_config",
+    "plural",
     "print_hits",
     "query_sources",
+    "score_scale",
     "search_filters",
     "to_jsonable",
     "tune_options",
@@ -173,22 +177,59 @@ def pipeline_config(retrievers: str | None, rrf_k: int, chunks: bool = False) ->
     return PipelineConfig(retrievers=names, rrf_k=rrf_k, group=not chunks)
 
 
+#: The line over the hits that neither retriever supports well (``Hit.weak``), in every front end.
+WEAK_LABEL = "weaker matches: far in meaning, and holding under half of the query's keywords"
+#: A search flagged "no confident match" shows at most this many of its closest items.
+CLOSEST = 3
+
+
+def plural(n: int, word: str) -> str:
+    """``1 hit``, ``3 hits``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def score_scale(result: SearchResult) -> str:
+    """What a hit's score is, in one sentence, from the weights the search's fusion used.
+
+    Convex fusion (the default) adds the cosine and the keyword share of the query, which passes 1
+    when a short item repeats the query's words; RRF adds ``weight / (k + rank)`` per retriever.
+    Empty for a result without a fusion stage (one retriever, related items).
+    """
+    fusion = result.fusion
+    if fusion is None:
+        return ""
+    weights = dict(fusion.notes.get("weights", {}))
+    stages = result.trace.stages
+    # A stage after fusion that rescored (recency, rerank, MMR...) recorded its own parts.
+    later = any(stage.parts for stage in stages[stages.index(fusion) + 1 :])
+    then = "; then changed by " + ", ".join(s.name for s in stages if s.parts and s is not fusion) if later else ""
+    if fusion.name == "convex":
+        return (
+            f"score = {weights.get('vector', 0.8):g} x cosine (the best passage's when higher) + "
+            f"{weights.get('bm25', 0.2):g} x keyword share (the query's keywords an item holds, "
+            f"weighted by rarity: above 1 when a short item repeats them){then}"
+        )
+    return f"score = sum over the retrievers of weight / ({fusion.notes.get('k', 60)} + rank){then}"
+
+
 def print_hits(result: SearchResult, out: Any = None) -> None:
     """Print ranked hits as text, with the rank each retriever gave.
 
-    A flagged search says so first, then shows its closest items; other chunks of a file are
-    counted under its best one; the first hit no retriever supports starts "weaker matches".
+    A flagged search says so first, then shows its :data:`CLOSEST` closest items; other chunks
+    of a file are counted under its best one; the first weak hit starts :data:`WEAK_LABEL`.
     """
     out = out or sys.stdout
+    hits = result.hits
     if result.rejected:
-        print(f"  {result.reason}; the closest items:", file=out)
-    if not result.hits:
+        hits = hits[:CLOSEST]
+        print(f"  {result.reason}; the {plural(len(hits), 'closest item')}:", file=out)
+    if not hits:
         print("  (no results)", file=out)
         return
     weak_shown = False
-    for rank, hit in enumerate(result.hits, start=1):
+    for rank, hit in enumerate(hits, start=1):
         if hit.weak and not weak_shown and not result.rejected:
-            print("  -- weaker matches (no retriever supports them) --", file=out)
+            print(f"  -- {WEAK_LABEL} --", file=out)
             weak_shown = True
         tier = f" {hit.tier}" if hit.tier != "none" else ""
         print(f"{rank:>3}. [{hit.score:.4f}{tier}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)

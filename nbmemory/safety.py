@@ -232,7 +232,8 @@ class ContextBlock:
 
     def summary(self) -> str:
         flagged = sum(1 for x in self.excluded if x.findings)
-        parts = [f"{len(self.included)} hit(s), ~{self.tokens} of {self.budget} tokens"]
+        hits = len(self.included)
+        parts = [f"{hits} hit{'' if hits == 1 else 's'}, ~{self.tokens} of {self.budget} tokens"]
         if flagged:
             parts.append(f"{flagged} kept out as possible prompt injection")
         over = len(self.excluded) - flagged

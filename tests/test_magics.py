@@ -246,11 +246,12 @@ def test_memsearch_table_groups_a_file_and_says_no_confident_match(
         )
 
     monkeypatch.setattr(fake_mem, "search", rejecting)
-    rejected = display_of(ip, "memsearch", "deploy qqqq")
-    assert (
-        "no confident match: qqqq appears nowhere for &#x27;deploy qqqq&#x27;; the closest items:" in rejected
-    )
-    assert "Deploy to staging" in rejected
+    rejected = display_of(ip, "memsearch", "deploy qqqq --chunks")
+    assert "no confident match: qqqq appears nowhere for &#x27;deploy qqqq&#x27;" in rejected
+    # At most three closest items, folded under the line.
+    assert "<details class='nbmemory-closest'><summary>show the 3 closest items</summary>" in rejected
+    assert rejected.count("<tr data-nbmemory-id") == 3 and "Deploy to staging" in rejected
+    assert "weaker matches" not in rejected
 
 
 def test_stored_script_and_img_onerror_render_escaped(ip: InteractiveShell, fake_mem: Memory) -> None:
@@ -300,7 +301,7 @@ def test_one_output_per_cell_and_the_semicolon_silences_it(ip: InteractiveShell,
         result = ip.run_cell("%memsearch vpn")
     assert isinstance(result.result, SearchHits) and cap.outputs == []
     # Terminal IPython prints the value once, as the text table.
-    assert cap.stdout.count("1 hit(s) for 'vpn'") == 1 and "shape:" not in cap.stdout
+    assert cap.stdout.count("1 hit for 'vpn'") == 1 and "shape:" not in cap.stdout
     with capture_output() as cap:
         ip.run_cell("hits = %memsearch vpn", store_history=False)
     assert cap.outputs == [] and cap.stdout == ""
@@ -330,13 +331,11 @@ def test_memsearch_finds_a_paraphrase_with_the_real_model(
     ("magic", "line", "message"),
     [
         ("memsearch", "", "no query given"),
-        ("memsearch", "vpn --bogus", "unrecognized arguments"),
         ("memsearch", "vpn -k 0", "k must be greater than 0"),
-        ("memsearch", "vpn -k many", "invalid int value"),
+        ("memsearch", "vpn -k many", "invalid int value.*put it after --"),
         ("memsearch", "vpn --since yesterday", "use an ISO date"),
         ("memsearch", "vpn --kind csv", "invalid choice"),
         ("memsearch", "vpn --retrievers bm99", "not one of"),
-        ("memsearch", 'vpn "unclosed', "close the quote"),
         ("memget", "999", "no item with id 999"),
         ("memget", "", "required"),
         ("memforget", "", "exactly one of"),
@@ -364,6 +363,51 @@ def test_mistakes_are_usage_errors_that_say_what_to_do(
     fake_mem.remember("vpn note")
     with pytest.raises(UsageError, match=message), capture_output():
         ip.run_line_magic(magic, line)
+
+
+@pytest.mark.parametrize(
+    ("cell", "query", "k"),
+    [
+        ("%memsearch git reset --hard HEAD~", "git reset --hard HEAD~", 10),
+        ("%memsearch HEAD@{1}", "HEAD@{1}", 10),
+        ("%memsearch echo $HOME {x}", "echo $HOME {x}", 10),
+        ('%memsearch git commit -m "fix the bug"', 'git commit -m "fix the bug"', 10),
+        ("%memsearch vpn --bogus", "vpn --bogus", 10),
+        ('%memsearch vpn "unclosed', 'vpn "unclosed', 10),
+        ("%memsearch git log --oneline -k 3", "git log --oneline", 3),
+        ("%memsearch -k 3 --ns= token rotation", "token rotation", 3),
+        ("%memsearch -k4 token rotation", "token rotation", 4),
+        ("%memsearch -k 3 -- --ns is a flag -k 2", "--ns is a flag -k 2", 3),
+        ('%memsearch "token rotation" --explain', "token rotation", 10),
+        ("%memsearch token  -k 2  rotation", "token rotation", 2),
+        ("%memcontext git reset --hard HEAD~ --budget 100", "git reset --hard HEAD~", 10),
+        ("%memcontext HEAD@{1}", "HEAD@{1}", 10),
+    ],
+)
+def test_a_pasted_line_is_searched_as_typed(
+    ip: InteractiveShell, fake_mem: Memory, monkeypatch: pytest.MonkeyPatch, cell: str, query: str, k: int
+) -> None:
+    fake_mem.remember("git reset --hard HEAD~ drops the last commit")
+    seen: list[tuple[str, int]] = []
+    search = fake_mem.search
+
+    def spy(text: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append((text, kwargs["k"]))
+        return search(text, *args, **kwargs)
+
+    monkeypatch.setattr(fake_mem, "search", spy)
+    ip.user_ns["x"] = "expanded"
+    with capture_output():
+        result = ip.run_cell(cell)
+    assert result.error_in_exec is None, result.error_in_exec
+    assert seen == [(query, k)]
+
+
+def test_memexplore_takes_the_line_as_typed(ip: InteractiveShell) -> None:
+    with capture_output():
+        explorer = ip.run_cell("%memexplore HEAD@{1} --hard --ns work").result
+    assert explorer.query == "HEAD@{1} --hard" and explorer.namespace == "work"
+    explorer.close()
 
 
 def test_cell_remember_with_text_on_the_magic_line_is_a_usage_error(ip: InteractiveShell) -> None:

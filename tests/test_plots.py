@@ -16,6 +16,7 @@ from nbmemory import ConfigError, Memory, PipelineConfig
 from nbmemory.jupyter.plots import (
     candidate_frame,
     contribution,
+    contribution_frame,
     distance_relevance,
     rank_scatter,
     score_distributions,
@@ -30,7 +31,9 @@ def hand_made_result() -> SearchResult:
     trace.add(Stage("bm25", [1, 2, 3], {1: 9.0, 2: 7.5, 3: 2.0}))
     trace.add(Stage("vector", [3, 4], {3: 0.81, 4: 0.64}))
     fused = {3: 1 / 63 + 1 / 61, 1: 1 / 61, 4: 1 / 62}
-    trace.add(Stage("rrf", [3, 1, 4], fused, notes={"k": 60, "weights": {"bm25": 1.0, "vector": 1.0}}))
+    parts = {3: {"bm25": 1 / 63, "vector": 1 / 61}, 1: {"bm25": 1 / 61}, 4: {"vector": 1 / 62}}
+    notes = {"k": 60, "weights": {"bm25": 1.0, "vector": 1.0}}
+    trace.add(Stage("rrf", [3, 1, 4], fused, notes=notes, parts=parts))
     return SearchResult("token rotation", [], trace)
 
 
@@ -90,25 +93,48 @@ def test_score_distributions_bins_each_retriever_on_its_own_scale() -> None:
     ]
 
 
-def test_contribution_matches_the_rrf_terms_by_hand() -> None:
+def test_contribution_draws_the_parts_the_trace_records() -> None:
     chart = contribution(hand_made_result())
     assert isinstance(chart, alt.Chart)
     out = spec(chart)
     enc = out["spec"]["encoding"]
-    assert enc["x"]["field"] == "contribution" and enc["x"]["stack"] == "zero"
+    assert (enc["x"]["field"], enc["x2"]["field"]) == ("start", "end")
     assert enc["y"]["field"] == "item" and enc["y"]["sort"] == ["1. #3", "2. #1", "3. #4"]
-    assert enc["color"]["field"] == "retriever"
-    terms = {(v["id"], v["retriever"]): v["contribution"] for v in out["values"]}
+    assert enc["color"]["field"] == "part"
+    terms = {(v["id"], v["part"]): v["contribution"] for v in out["values"]}
     assert terms == pytest.approx(
-        {(3, "bm25"): 1 / 63, (3, "vector"): 1 / 61, (1, "bm25"): 1 / 61, (4, "vector"): 1 / 62}
+        {(3, "BM25"): 1 / 63, (3, "vector"): 1 / 61, (1, "BM25"): 1 / 61, (4, "vector"): 1 / 62}
     )
+    # Laid end to end, each bar ends at the item's score.
+    ends = {v["id"]: v["end"] for v in out["values"]}
+    assert ends == pytest.approx({3: 1 / 63 + 1 / 61, 1: 1 / 61, 4: 1 / 62})
 
 
-def test_contribution_uses_the_weights_in_the_trace() -> None:
+def test_contribution_reads_the_parts_not_the_weights() -> None:
     result = hand_made_result()
     result.trace.stage("rrf").notes["weights"] = {"bm25": 2.0, "vector": 0.5}  # type: ignore[union-attr]
-    terms = {(v["id"], v["retriever"]): v["contribution"] for v in spec(contribution(result))["values"]}
-    assert terms[(1, "bm25")] == pytest.approx(2 / 61) and terms[(4, "vector")] == pytest.approx(0.5 / 62)
+    terms = {(v["id"], v["part"]): v["contribution"] for v in spec(contribution(result))["values"]}
+    assert terms[(1, "BM25")] == pytest.approx(1 / 61) and terms[(4, "vector")] == pytest.approx(1 / 62)
+
+
+def test_a_part_that_lowers_the_score_comes_last_and_the_bar_ends_at_the_score() -> None:
+    result = hand_made_result()
+    mmr = Stage("mmr", [1, 3], {1: 0.7, 3: 0.2})
+    mmr.parts = {1: {"mmr relevance": 0.7, "mmr redundancy": 0.0}, 3: {"mmr redundancy": -0.3, "mmr relevance": 0.5}}
+    result.trace.add(mmr)
+    rows = contribution_frame(result).filter(pl.col("id") == 3).to_dicts()
+    assert [r["part"] for r in rows] == ["MMR relevance", "MMR redundancy"]
+    assert rows[-1]["end"] == pytest.approx(0.2) == rows[-1]["score"]
+    # A part that added nothing is not drawn.
+    assert contribution_frame(result).filter(pl.col("id") == 1)["part"].to_list() == ["MMR relevance"]
+
+
+def test_contribution_without_parts_draws_the_score_whole() -> None:
+    result = hand_made_result()
+    result.trace.stage("rrf").parts = {}  # type: ignore[union-attr]
+    frame = contribution_frame(result)
+    assert frame["part"].unique().to_list() == ["score (not broken down)"]
+    assert frame["end"].to_list() == pytest.approx([1 / 63 + 1 / 61, 1 / 61, 1 / 62])
 
 
 def test_distance_relevance_bins_and_probabilities() -> None:
@@ -246,4 +272,29 @@ def test_contribution_labels_count_cells_from_one(fake_mem: Memory, tmp_path: Pa
     nbformat.write(nb, tmp_path / "ops.ipynb")
     fake_mem.index(tmp_path)
     items = spec(contribution(fake_mem.search("rotate_token every", k=2)))["values"]
-    assert "ops.ipynb, cell 2" in {v["item"].split(". ", 1)[1].rsplit(" #", 1)[0] for v in items}
+    places = {v["item"].split(". ", 1)[1].rsplit(" #", 1)[0] for v in items}
+    # The notebook with its folder, its cells counted from 1.
+    assert f"{tmp_path.name}/ops.ipynb, cell 2" in places
+
+
+def test_contribution_bars_end_at_the_scores_in_rank_order(fake_mem: Memory) -> None:
+    fake_mem.remember_many([f"note {i} about vpn deploys and token {i % 7}" for i in range(40)])
+    for config in (PipelineConfig(), PipelineConfig(recency=True), PipelineConfig(fusion="rrf")):
+        result = fake_mem.search("token rotation vpn", k=8, config=config)
+        frame = contribution_frame(result)
+        ends = frame.group_by("rank", maintain_order=True).agg(pl.col("end").last(), pl.col("id").first())
+        assert ends["id"].to_list() == result.ids
+        assert ends["end"].to_list() == pytest.approx([h.score for h in result.hits], abs=1e-9)
+        assert ends["end"].to_list() == sorted(ends["end"].to_list(), reverse=True)
+
+
+def test_a_part_keeps_its_colour_from_chart_to_chart() -> None:
+    def colours(result: SearchResult) -> dict[str, str]:
+        scale = contribution(result).to_dict()["encoding"]["color"]["scale"]
+        return dict(zip(scale["domain"], scale["range"], strict=True))
+
+    plain = hand_made_result()
+    leaning = hand_made_result()
+    leaning.trace.stage("rrf").parts[3] = {"bm25": 0.01, "identifier": 0.005, "vector": 1 / 61}  # type: ignore[union-attr]
+    assert colours(plain)["BM25"] == colours(leaning)["BM25"] != colours(leaning)["identifier lean (to BM25)"]
+    assert set(colours(leaning)) == {"BM25", "identifier lean (to BM25)", "vector"}

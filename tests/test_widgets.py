@@ -6,10 +6,12 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import altair as alt
+import ipywidgets as widgets
 import pytest
 
 from nbmemory import Memory
@@ -53,15 +55,18 @@ def wait_for(condition: Any, limit: float = 30.0) -> None:
 
 def test_typing_a_query_updates_the_results(explorer: MemoryExplorer) -> None:
     assert explorer.rows == [] and "type to search" not in explorer.status
+    # Before any search the pane says what to do.
+    assert explorer.results_box.children == (explorer.hint,) and "Type in the search box" in explorer.hint.value
     explorer.query = "vpn"
     assert texts(explorer)[:2] and all("VPN" in t for t in texts(explorer)[:2])
     assert explorer.search_box.value == "vpn"
     explorer.search_box.value = "kafka lag"
     assert explorer.query == "kafka lag"
     assert texts(explorer)[0].startswith("Kafka consumer lag")
-    assert "hit(s)" in explorer.status
+    assert explorer.status.split(" in ")[0].endswith(" hits")
     explorer.query = ""
     assert explorer.rows == [] and explorer.result is None and explorer.status == "type to search"
+    assert explorer.results_box.children == (explorer.hint,)
 
 
 def test_rows_show_score_and_each_retrievers_rank(explorer: MemoryExplorer) -> None:
@@ -72,6 +77,36 @@ def test_rows_show_score_and_each_retrievers_rank(explorer: MemoryExplorer) -> N
     assert f"bm25 #{hit.ranks['bm25']}" in row.header.value
     assert f"vector #{hit.ranks['vector']}" in row.header.value
     assert "<details>" in row.body.value and hit.snippet in row.body.value
+
+
+def test_a_score_says_what_it_is_made_of(explorer: MemoryExplorer) -> None:
+    explorer.query = "kafka lag"
+    row = explorer.rows[0]
+    parts = explorer.result.parts()[row.hit.id]  # type: ignore[union-attr]
+    assert parts and f"title='bm25 {parts['bm25']:.4f} + cosine" in row.header.value
+    scale = explorer.results_box.children[0]
+    assert isinstance(scale, widgets.HTML) and "x cosine" in scale.value and "keyword share" in scale.value
+
+
+def test_weak_hits_sit_under_one_line_and_a_flagged_search_folds_its_closest_three(
+    explorer: MemoryExplorer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    explorer.query = "vpn coffee kafka"
+    result = explorer.result
+    assert result is not None and len(result.hits) == 4
+    for hit in result.hits[2:]:
+        hit.weak = True
+    explorer.result = None
+    explorer.result = result
+    children = explorer.results_box.children
+    labels = [c for c in children if isinstance(c, widgets.HTML) and "weaker matches" in c.value]
+    assert len(labels) == 1 and children.index(labels[0]) == children.index(explorer.rows[2]) - 1
+    assert not any("weaker match" in row.header.value for row in explorer.rows)
+    explorer.result = replace(result, rejected=True, reason="no confident match: nothing is close")
+    notice, fold = explorer.results_box.children
+    assert "no confident match" in notice.value and isinstance(fold, widgets.Accordion)
+    assert fold.selected_index is None and fold.titles == ("the 3 closest items",)
+    assert len(explorer.rows) == 3 and fold.children[0].children == tuple(explorer.rows)
 
 
 def test_filters_restrict_the_results(explorer: MemoryExplorer) -> None:
@@ -169,7 +204,7 @@ def test_explain_panel_and_chart(explorer: MemoryExplorer) -> None:
     assert explorer.chart_view.spec["mark"]["type"] == "point"
     explorer.chart_picker.value = "contribution"
     assert explorer.chart_kind == "contribution"
-    assert explorer.chart.to_dict()["encoding"]["x"]["field"] == "contribution"
+    assert explorer.chart.to_dict()["encoding"]["x2"]["field"] == "end"
     explorer.chart_kind = "scores"
     assert explorer.chart.to_dict()["encoding"]["column"]["field"] == "retriever"
     explorer.query = ""
@@ -218,7 +253,7 @@ def test_debounced_search_runs_once_off_the_main_thread(filled: Memory) -> None:
     try:
         for partial in ("k", "ka", "kaf", "kafka"):
             explorer.query = partial
-        wait_for(lambda: "hit(s)" in explorer.status)
+        wait_for(lambda: " hits in " in explorer.status or " hit in " in explorer.status)
         assert [q for q, _ in calls] == ["kafka"]
         assert calls[0][1] != threading.main_thread().name
         assert texts(explorer)[0].startswith("Kafka")

@@ -25,8 +25,10 @@ export interface IHit {
   ranks: { [retriever: string]: number };
   /** Ids of the file's other chunks that ranked, when results come one per file. */
   more: number[];
-  /** No retriever supports this hit: it goes under "weaker matches". */
+  /** Far in meaning and holding under half of the query's keywords: it goes under "weaker matches". */
   weak: boolean;
+  /** What the score is made of, as the ranking added it (the parts sum to the score). */
+  parts?: { [part: string]: number };
 }
 
 export interface ISearchResult {
@@ -37,6 +39,8 @@ export interface ISearchResult {
   /** True when no hit is a confident answer (the hits are the closest items). */
   rejected: boolean;
   reason: string | null;
+  /** What a score is (the fusion's weights), in one sentence. */
+  scale?: string;
   explain?: string;
 }
 
@@ -326,6 +330,14 @@ export function indexLine(job: IIndexJob): string {
     return 'Indexing: waiting for the run before it';
   }
   return job.progress.text;
+}
+
+/** `bm25 0.0475 + cosine 0.4594 + passage 0.0200`: what a score is made of. */
+export function formatParts(parts: { [part: string]: number } = {}): string {
+  return Object.entries(parts)
+    .filter(([, value]) => value !== 0)
+    .map(([name, value]) => `${name} ${value.toFixed(4)}`)
+    .join(' + ');
 }
 
 /** `bm25 #2 · vector #5`: the rank each retriever gave a hit. */

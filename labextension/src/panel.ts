@@ -10,6 +10,7 @@ import {
   ITuneOptions,
   QUERY_SOURCES,
   currentTune,
+  formatParts,
   formatRanks,
   forgetItem,
   indexLine,
@@ -31,6 +32,10 @@ const DEBOUNCE_MS = 300;
 export const UNDO_MS = 10_000;
 /** How often a running index job is asked how far it is. */
 const INDEX_POLL_MS = 400;
+/** As `WEAK_LABEL` and `CLOSEST` in nbmemory/options.py, which the notebook views use. */
+const WEAK_LABEL =
+  "weaker matches: far in meaning, and holding under half of the query's keywords";
+const CLOSEST = 3;
 
 export interface IPanelOptions {
   /** Open a hit: its file, or its notebook at the cell. */
@@ -503,34 +508,41 @@ export class MemoryPanel extends Widget {
 
   private _render(result: ISearchResult): void {
     const rows: HTMLLIElement[] = [];
+    const scale = result.scale ?? '';
     if (result.rejected && result.hits.length) {
-      // A flagged search keeps its hits: say plainly that none of them is a confident answer.
-      const notice = el(
-        'li',
-        'jp-nbmemory-notice',
-        'No confident match. The closest items:'
-      );
+      // A flagged search keeps its hits: say plainly that none of them is a confident answer,
+      // and fold its few closest items under that.
+      const notice = el('li', 'jp-nbmemory-notice', 'No confident match.');
       notice.title = result.reason ?? '';
-      rows.push(notice);
+      const closest = result.hits.slice(0, CLOSEST);
+      const fold = el('li', 'jp-nbmemory-closest');
+      const details = el('details');
+      const list = el('ul', 'jp-nbmemory-closest-list');
+      list.append(...closest.map(hit => this._renderHit(hit, scale)));
+      details.append(
+        el(
+          'summary',
+          undefined,
+          `Show the ${closest.length} closest item${closest.length === 1 ? '' : 's'}`
+        ),
+        list
+      );
+      fold.appendChild(details);
+      this._results.replaceChildren(notice, fold);
+      return;
     }
     let weakShown = false;
     for (const hit of result.hits) {
-      if (hit.weak && !weakShown && !result.rejected) {
-        rows.push(
-          el(
-            'li',
-            'jp-nbmemory-separator',
-            'weaker matches (no retriever supports them)'
-          )
-        );
+      if (hit.weak && !weakShown) {
+        rows.push(el('li', 'jp-nbmemory-separator', WEAK_LABEL));
         weakShown = true;
       }
-      rows.push(this._renderHit(hit));
+      rows.push(this._renderHit(hit, scale));
     }
     this._results.replaceChildren(...rows);
   }
 
-  private _renderHit(hit: IHit): HTMLLIElement {
+  private _renderHit(hit: IHit, scale = ''): HTMLLIElement {
     const li = el('li', 'jp-nbmemory-hit');
     li.dataset.id = String(hit.id);
     if (hit.path) {
@@ -565,8 +577,11 @@ export class MemoryPanel extends Widget {
     li.appendChild(head);
 
     const meta = el('div', 'jp-nbmemory-ranks');
+    const score = el('span', 'jp-nbmemory-score', hit.score.toFixed(3));
+    // What the score is made of, and what a score is, on hover.
+    score.title = [formatParts(hit.parts), scale].filter(Boolean).join('\n');
     meta.append(
-      el('span', 'jp-nbmemory-score', hit.score.toFixed(3)),
+      score,
       document.createTextNode(
         ` · ${formatRanks(hit.ranks)} · ${hit.kind} · ${hit.namespace}`
       )

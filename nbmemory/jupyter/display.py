@@ -17,9 +17,19 @@ from typing import Any
 
 from nbmemory.items import Hit, Item
 from nbmemory.jupyter.notebook_context import Links
+from nbmemory.options import CLOSEST, WEAK_LABEL, plural, score_scale
 from nbmemory.own_output import mimebundle
 
-__all__ = ["HitTable", "ItemView", "SearchHits", "StatsView", "TextBlock", "location_html", "location_label"]
+__all__ = [
+    "HitTable",
+    "ItemView",
+    "SearchHits",
+    "StatsView",
+    "TextBlock",
+    "location_html",
+    "location_label",
+    "parts_text",
+]
 
 _TD = "style='text-align:left;vertical-align:top'"
 _NUM = "style='text-align:right;vertical-align:top;white-space:nowrap'"
@@ -52,18 +62,18 @@ def location_label(
     JupyterLab's status bar does; a cell of the kernel's history notebook is named by its
     execution count (``"kernel-3.ipynb, In [5]"``).
 
-    Notebook hits name the file only (the cell makes them specific); other paths are shown
-    relative to the working folder, or with ``~`` for the home folder; ``short`` keeps only the
-    file and its folder (``…/ops/deploy.md:12``).
+    Paths are shown relative to the working folder, or with ``~`` for the home folder; ``short``
+    keeps only the file and its folder (``…/ops/deploy.md:12``). A cell of the kernel's history
+    notebook is named by the file alone: its folder is nbmemory's own.
     """
     if source is None:
         return "(remembered)"
-    if cell_index is not None:
-        if cell_id == f"in-{cell_index}":
-            return f"{Path(source).name}, In [{cell_index}]"
-        return f"{Path(source).name}, cell {cell_index + 1}"
+    if cell_index is not None and cell_id == f"in-{cell_index}":
+        return f"{Path(source).name}, In [{cell_index}]"
     parts = Path(source).parts
     where = "…/" + "/".join(parts[-2:]) if short and len(parts) > 2 else _short_path(source)
+    if cell_index is not None:
+        return f"{where}, cell {cell_index + 1}"
     if page is not None:
         return f"{where}, page {page}"
     if line_start is not None:
@@ -151,13 +161,23 @@ def more_label(hit: Hit) -> str:
     return f"+{len(hit.more)} more {unit + ' ' if unit else ''}in this file"
 
 
-def hit_row_html(hit: Hit, position: int, links: Links | None = None) -> str:
-    """One ``<tr>`` for a hit: rank, score, retriever ranks, location, expandable text."""
+def parts_text(parts: Mapping[str, float] | None) -> str:
+    """``bm25 0.0475 + cosine 0.4594 + passage 0.0200``: a score's parts as the ranking added them."""
+    if not parts:
+        return ""
+    return " + ".join(f"{name} {value:.4f}" for name, value in parts.items() if value).replace("+ -", "- ")
+
+
+def hit_row_html(
+    hit: Hit, position: int, links: Links | None = None, parts: Mapping[str, float] | None = None
+) -> str:
+    """One ``<tr>`` for a hit: rank, score (its parts in the tooltip), retriever ranks, location,
+    expandable text. A weak hit is not marked here: the table heads the weak ones with one line."""
     meta = [hit.kind, hit.namespace] + [f"#{t}" for t in hit.tags]
     if hit.more:
         meta.append(more_label(hit))
-    if hit.weak:
-        meta.append("weaker match")
+    tip = parts_text(parts)
+    score_attrs = f"{_NUM} title='{html.escape(tip, quote=True)}'" if tip else _NUM
     heading = f"<div><b>{html.escape(hit.heading)}</b></div>" if hit.heading else ""
     body = (
         f"<details><summary>{html.escape(hit.snippet)}</summary>"
@@ -166,7 +186,7 @@ def hit_row_html(hit: Hit, position: int, links: Links | None = None) -> str:
     )
     return (
         f"<tr data-nbmemory-id='{int(hit.id)}'>"
-        f"<td {_NUM}>{position}</td><td {_NUM}>{hit.score:.4f}</td>"
+        f"<td {_NUM}>{position}</td><td {score_attrs}>{hit.score:.4f}</td>"
         f"<td {_NUM}>{_rank(hit, 'bm25')}</td><td {_NUM}>{_rank(hit, 'vector')}</td>"
         f"<td {_TD}>{location_html(hit, links)}<br><small>#{int(hit.id)} · "
         f"{html.escape(' · '.join(meta))}</small></td>"
@@ -185,29 +205,61 @@ class HitTable:
         A line above the table (escaped).
     links:
         How sources become links; None: data attributes only.
+    flagged:
+        The search found no confident match: only its :data:`~nbmemory.options.CLOSEST` closest
+        items are shown, folded under the title.
+    parts:
+        Each hit's score parts (:meth:`~nbmemory.SearchResult.parts`), shown when a score is hovered.
+    scale:
+        What a score is (:func:`~nbmemory.options.score_scale`), under the table.
     """
 
-    def __init__(self, hits: Sequence[Hit], title: str = "", links: Links | None = None) -> None:
+    def __init__(
+        self,
+        hits: Sequence[Hit],
+        title: str = "",
+        links: Links | None = None,
+        *,
+        flagged: bool = False,
+        parts: Mapping[int, Mapping[str, float]] | None = None,
+        scale: str = "",
+    ) -> None:
         self.hits = list(hits)
         self.title = title
         self.links = links
+        self.flagged = flagged
+        self.parts = dict(parts or {})
+        self.scale = scale
+
+    @property
+    def shown(self) -> list[Hit]:
+        """The hits on show: all of them, or a flagged search's closest few."""
+        return self.hits[:CLOSEST] if self.flagged else self.hits
 
     def _repr_html_(self) -> str:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         if not self.hits:
             return f"<div class='nbmemory-hits'>{head}<div><i>no results</i></div></div>"
         rows = ""
-        for i, h in enumerate(self.hits, start=1):
-            if h.weak and not any(x.weak for x in self.hits[: i - 1]):
-                rows += (
-                    f"<tr><td colspan='6' {_TD}><i>weaker matches (no retriever supports them)</i></td></tr>"
-                )
-            rows += hit_row_html(h, i, self.links)
-        return (
-            f"<div class='nbmemory-hits'>{head}<table>"
-            "<thead><tr><th>#</th><th>score</th><th>bm25</th><th>vector</th>"
-            f"<th {_TD}>source</th><th {_TD}>text</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        shown = self.shown
+        for i, h in enumerate(shown, start=1):
+            if h.weak and not self.flagged and not any(x.weak for x in shown[: i - 1]):
+                rows += f"<tr class='nbmemory-weak-label'><td colspan='6' {_TD}><i>{html.escape(WEAK_LABEL)}</i></td></tr>"
+            rows += hit_row_html(h, i, self.links, self.parts.get(h.id))
+        scale = html.escape(self.scale, quote=True)
+        score_head = f"<th title='{scale}'>score</th>" if scale else "<th>score</th>"
+        table = (
+            f"<table><thead><tr><th>#</th>{score_head}<th>bm25</th><th>vector</th>"
+            f"<th {_TD}>source</th><th {_TD}>text</th></tr></thead><tbody>{rows}</tbody></table>"
         )
+        if self.scale:
+            table += f"<div class='nbmemory-scale'><small>{html.escape(self.scale)}; hover a score for its parts</small></div>"
+        if self.flagged:
+            table = (
+                f"<details class='nbmemory-closest'><summary>show the {plural(len(shown), 'closest item')}"
+                f"</summary>{table}</details>"
+            )
+        return f"<div class='nbmemory-hits'>{head}{table}</div>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
         return mimebundle(self, "HitTable")
@@ -216,7 +268,10 @@ class HitTable:
         lines = [self.title] if self.title else []
         if not self.hits:
             return "\n".join([*lines, "  (no results)"])
-        for rank, hit in enumerate(self.hits, start=1):
+        shown = self.shown
+        for rank, hit in enumerate(shown, start=1):
+            if hit.weak and not self.flagged and not any(x.weak for x in shown[: rank - 1]):
+                lines.append(f"  -- {WEAK_LABEL} --")
             where = location_label(
                 hit.source, hit.cell_index, hit.line_start, hit.line_end, page=hit.page, cell_id=hit.cell_id
             )
@@ -229,6 +284,8 @@ class HitTable:
             lines += [f"     {line}" for line in textwrap.wrap(hit.snippet, width=96)[:3]]
             if hit.more:
                 lines.append(f"     {more_label(hit)}")
+        if self.scale:
+            lines.append(f"({self.scale})")
         return "\n".join(lines)
 
 
@@ -324,7 +381,8 @@ class SearchHits:
     """What ``%memsearch`` and ``%memrelated`` return: one output that shows the hit table.
 
     Its notebook display is the :class:`HitTable` (HTML in a notebook, text in a terminal), with
-    the ranking trace under it when one is given; the data is there on request: ``.df`` or
+    the ranking trace under it when one is given (a flagged search shows its closest few, folded;
+    a score's parts show when it is hovered); the data is there on request: ``.df`` or
     ``.to_polars()`` (a polars DataFrame), iterating (the :class:`~nbmemory.Hit` objects),
     ``len``, ``[i]``, ``.ids`` and ``.result`` (the :class:`~nbmemory.SearchResult`).
 
@@ -344,7 +402,14 @@ class SearchHits:
         self, result: Any, title: str = "", links: Links | None = None, trace: str | None = None
     ) -> None:
         self.result = result
-        self.table = HitTable(result.hits, title=title, links=links)
+        self.table = HitTable(
+            result.hits,
+            title=title,
+            links=links,
+            flagged=bool(getattr(result, "rejected", False)),
+            parts=result.parts() if hasattr(result, "parts") else None,
+            scale=score_scale(result) if hasattr(result, "fusion") else "",
+        )
         self.trace = trace
         self._frame: Any = None
 

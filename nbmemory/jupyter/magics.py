@@ -25,6 +25,7 @@ from IPython.core.magic import (
     line_cell_magic,
     line_magic,
     magics_class,
+    no_var_expand,
     output_can_be_silenced,
 )
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
@@ -39,6 +40,7 @@ from nbmemory.options import (
     KINDS,
     RETRIEVERS,
     TUNE_OPTIONS,
+    Option,
     filter_options,
     magic_options,
     owned_memory,
@@ -129,9 +131,105 @@ def _split_leading_options(line: str) -> tuple[str, str]:
 
 
 # The search filters every searching magic takes, as one argument group.
-_filter_arguments = magic_options(
-    *filter_options(namespace_default="MemoryMagics.namespace, else all"), group="filters"
+_FILTERS = filter_options(namespace_default="MemoryMagics.namespace, else all")
+_filter_arguments = magic_options(*_FILTERS, group="filters")
+_K = Option("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
+_EXPLAIN = Option("--explain", action="store_true", help="also show the ranking trace, stage by stage")
+_JSON = Option("--json", action="store_true", help="print the hits as JSON instead of a table")
+_BUDGET = Option(
+    "--budget", type=int, default=None, help="most tokens the block may take (default: MemoryMagics.context_budget)"
 )
+_CONTEXT_K = Option("-k", type=int, default=None, help="hits considered (default: MemoryMagics.top_k)")
+_START_NS = Option("--ns", help="start with this namespace selected")
+_START_KIND = Option("--kind", action="append", choices=KINDS, help="start with this kind selected (repeatable)")
+_SEARCH_OPTIONS = (_K, *_FILTERS, RETRIEVERS, CHUNKS, _EXPLAIN, _JSON)
+_CONTEXT_OPTIONS = (_BUDGET, _CONTEXT_K, *_FILTERS)
+_QUERY_HELP = (
+    "words to search for, the rest of the line verbatim (quotes optional): a pasted command with "
+    "its flags is searched as it is; options nbmemory knows are taken wherever they stand, and "
+    "everything after -- is the query"
+)
+# Actions whose option takes no value.
+_NO_VALUE = ("store_true", "store_false", "count")
+
+
+def _tokens(line: str) -> list[tuple[str, int, int]]:
+    """``(text, start, end)`` of each blank-separated token; a quote that opens a token (or a
+    value after ``=``) runs to its closing quote, blanks included; an unclosed one is a character."""
+    out = []
+    i, n = 0, len(line)
+    while i < n:
+        if line[i].isspace():
+            i += 1
+            continue
+        start = i
+        while i < n and not line[i].isspace():
+            if line[i] in "\"'" and (i == start or line[i - 1] == "="):
+                close = line.find(line[i], i + 1)
+                if close != -1:
+                    i = close + 1
+                    continue
+            i += 1
+        out.append((line[start:i], start, i))
+    return out
+
+
+def _strip_quotes(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
+def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Option]) -> Any:
+    """A query magic's line: the options of ``options`` wherever they stand (and before ``--``),
+    the rest of the line, verbatim, as ``args.query`` (a string).
+
+    A pasted shell command keeps its flags (``git reset --hard HEAD~``): a token is an option
+    only when it is one of the magic's own, spelled out; a query that is one quoted string loses
+    its quotes. After ``--`` everything is the query, options of the magic's own included.
+    """
+    takes_value = {flag: o.settings.get("action") not in _NO_VALUE for o in options for flag in o.flags}
+    tokens = _tokens(line)
+    argv: list[str] = []
+    runs: list[list[int]] = []  # runs of consecutive query tokens, by index
+    tail = ""
+    i = 0
+    while i < len(tokens):
+        text = tokens[i][0]
+        flag, eq, value = text.partition("=")
+        short = text[:2] if len(text) > 2 and not text.startswith("--") and text[2].isdigit() else ""
+        if text == "--":
+            tail = line[tokens[i][2] :].strip()
+            break
+        if flag in takes_value and (eq == "" or takes_value[flag]):
+            argv.append(flag)
+            if takes_value[flag]:
+                if eq:
+                    argv.append(_strip_quotes(value))
+                elif i + 1 < len(tokens):
+                    i += 1
+                    argv.append(_strip_quotes(tokens[i][0]))
+        elif short and takes_value.get(short):
+            argv += [short, text[2:]]  # -k5
+        elif runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+        i += 1
+    pieces = [line[tokens[run[0]][1] : tokens[run[-1]][2]] for run in runs] + ([tail] if tail else [])
+    query = " ".join(pieces)
+    only = _tokens(query)
+    if len(only) == 1 and not tail:
+        query = _strip_quotes(query)
+    try:
+        args = magic.parser.parse_args(argv)  # type: ignore[attr-defined]
+    except UsageError as exc:
+        raise UsageError(
+            f"{exc}. To search for text that looks like an option, put it after -- "
+            f"(%{magic.__name__} -k 5 -- {' '.join(argv) or '--flag'})"
+        ) from None
+    args.query = query
+    return args
 
 
 def _k(value: int | None, default: int) -> int:
@@ -147,11 +245,16 @@ def _ids_line(ids: list[int], most: int = 20) -> str:
     return ", ".join(map(str, ids[:most])) + more
 
 
-def _words(words: list[str], what: str, example: str) -> str:
-    text = " ".join(words).strip()
+def _words(words: list[str] | str, what: str, example: str) -> str:
+    text = (words if isinstance(words, str) else " ".join(words)).strip()
     if not text:
         raise UsageError(f"no {what} given: try {example}")
     return text
+
+
+def _plural(n: int, word: str) -> str:
+    """``1 hit``, ``3 hits``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 class WidgetIndexJob(IndexJob):
@@ -343,15 +446,14 @@ class MemoryMagics(Magics):
 
     # -- search -----------------------------------------------------------------------------
     @magic_arguments()
-    @argument("query", nargs="*", help="words to search for (quotes optional)")
-    @argument("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
+    @argument("query", nargs="*", help=_QUERY_HELP)
+    @magic_options(_K)
     @_filter_arguments
     @argument_group("output")
-    @magic_options(RETRIEVERS, CHUNKS)
-    @argument("--explain", action="store_true", help="also show the ranking trace, stage by stage")
-    @argument("--json", action="store_true", help="print the hits as JSON instead of a table")
+    @magic_options(RETRIEVERS, CHUNKS, _EXPLAIN, _JSON)
     @output_can_be_silenced
     @line_magic
+    @no_var_expand
     def memsearch(self, line: str) -> SearchHits | None:
         """Hybrid (BM25 + vector) search of the memory.
 
@@ -366,8 +468,14 @@ class MemoryMagics(Magics):
             %memsearch token rotation -k 5 --ns work --since 30d
             hits = %memsearch "token rotation" --explain
             hits.df.select("score", "location")
+            %memsearch git reset --hard HEAD~
+            %memsearch -k 3 -- --ns is not an option here
+
+        The line is the query as typed: ``{}`` and ``$`` are not expanded, a pasted command keeps
+        its flags, and only the options above count as options (all of them after ``--`` are
+        the query too).
         """
-        args = _parse(self.memsearch, _without_semicolon(line))
+        args = _parse_query_line(self.memsearch, _without_semicolon(line), _SEARCH_OPTIONS)
         query = _words(args.query, "query", "%memsearch token rotation -k 5")
         with _as_usage_errors():
             config = pipeline_config(args.retrievers, self.memory.settings.rrf_k, args.chunks)
@@ -384,9 +492,10 @@ class MemoryMagics(Magics):
                 payload["trace"] = result.trace.to_dict()
             print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
             return None
-        title = f"{len(result.hits)} hit(s) for {query!r}"
+        title = f"{_plural(len(result.hits), 'hit')} for {query!r}"
         if result.rejected:
-            title = f"{result.reason} for {query!r}; the closest items:"
+            # The closest few are shown folded under it (SearchHits): none of them is an answer.
+            title = f"{result.reason} for {query!r}"
         trace = result.explain(top=_k(args.k, self.top_k)) if args.explain or self.explain else None
         return SearchHits(result, title, links=self._links(), trace=trace)
 
@@ -411,19 +520,14 @@ class MemoryMagics(Magics):
         with _as_usage_errors():
             hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)
         result = SearchResult(f"related to #{args.id}", hits, Trace(f"related to #{args.id}"))
-        return SearchHits(result, f"{len(hits)} item(s) related to #{args.id}", links=self._links())
+        return SearchHits(result, f"{_plural(len(hits), 'item')} related to #{args.id}", links=self._links())
 
     @magic_arguments()
-    @argument("query", nargs="*", help="what the prompt is about (quotes optional)")
-    @argument(
-        "--budget",
-        type=int,
-        default=None,
-        help="most tokens the block may take (default: MemoryMagics.context_budget)",
-    )
-    @argument("-k", type=int, default=None, help="hits considered (default: MemoryMagics.top_k)")
+    @argument("query", nargs="*", help="what the prompt is about: " + _QUERY_HELP.split(", ", 1)[0])
+    @magic_options(_BUDGET, _CONTEXT_K)
     @_filter_arguments
     @line_magic
+    @no_var_expand
     def memcontext(self, line: str) -> Any:
         """A token-budgeted context block for an LLM prompt, built from the best hits.
 
@@ -437,7 +541,7 @@ class MemoryMagics(Magics):
 
             ctx = %memcontext how do I deploy --budget 800
         """
-        args = _parse(self.memcontext, line)
+        args = _parse_query_line(self.memcontext, line, _CONTEXT_OPTIONS)
         query = _words(args.query, "query", '%memcontext "how do I deploy" --budget 800')
         budget = args.budget if args.budget is not None else self.context_budget
         if budget <= 0:
@@ -844,10 +948,10 @@ class MemoryMagics(Magics):
         display(StatsView(stats))
 
     @magic_arguments()
-    @argument("query", nargs="*", help="start with this search")
-    @argument("--ns", help="start with this namespace selected")
-    @argument("--kind", action="append", choices=KINDS, help="start with this kind selected (repeatable)")
+    @argument("query", nargs="*", help="start with this search, the rest of the line verbatim")
+    @magic_options(_START_NS, _START_KIND)
     @line_magic
+    @no_var_expand
     def memexplore(self, line: str) -> MemoryExplorer:
         """The memory explorer widget: search as you type, filter, inspect, forget, pin.
 
@@ -858,13 +962,13 @@ class MemoryMagics(Magics):
 
             %memexplore token rotation --ns work
         """
-        args = _parse(self.memexplore, line)
+        args = _parse_query_line(self.memexplore, line, (_START_NS, _START_KIND))
         from nbmemory.jupyter.widgets import MemoryExplorer
 
         with _as_usage_errors():
             return MemoryExplorer(
                 self.memory,
-                query=" ".join(args.query),
+                query=args.query,
                 namespace=args.ns or self.namespace,
                 kinds=list(args.kind or []),
                 top_k=self.top_k,

@@ -7,8 +7,9 @@ by vl-convert, never fetched from a CDN. ``chart.save("x.svg")`` / ``"x.png"`` s
 static picture (vl-convert), as does the chart's own action menu.
 
 The search charts read a :class:`~nbmemory.SearchResult`'s trace: the ``bm25`` and ``vector``
-stages hold every candidate each retriever returned (ids best first, raw scores) and the fusion
-stage (``convex`` by default, or ``rrf``) the fused candidates, with its weights in its notes.
+stages hold every candidate each retriever returned (ids best first, raw scores), the fusion
+stage (``convex`` by default, or ``rrf``) the fused candidates, with its weights in its notes, and
+each scoring stage the parts every score is made of (:meth:`~nbmemory.SearchResult.parts`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "candidate_frame",
     "chart_widget",
     "contribution",
+    "contribution_frame",
     "distance_relevance",
     "rank_scatter",
     "score_distributions",
@@ -247,12 +249,130 @@ def score_distributions(result: SearchResult, bins: int = 15) -> alt.Chart:
     )
 
 
-def contribution(result: SearchResult) -> alt.Chart:
-    """Each retriever's share of every fused top-k item's score (stacked bars).
+#: The parts a score is made of (:meth:`~nbmemory.SearchResult.parts`), in the order bars stack
+#: them, with what each is called in a chart.
+PART_LABELS = {
+    "bm25": "BM25",
+    "identifier": "identifier lean (to BM25)",
+    "cosine": "cosine",
+    "passage": "passage (raised the cosine)",
+    "vector": "vector",
+    "recency": "recency",
+    "importance": "importance",
+    "retrievals": "retrievals",
+    "pinned": "pinned",
+    "fused rank": "fused rank (RRF)",
+    "cross-encoder": "cross-encoder rank (RRF)",
+    "below the reranked": "below the reranked",
+    "mmr relevance": "MMR relevance",
+    "mmr redundancy": "MMR redundancy",
+    "below the MMR picks": "below the MMR picks",
+    "superseded": "superseded",
+    "score": "score (not broken down)",
+}
 
-    With convex fusion (the default) the share of retriever ``r`` is ``weight_r * score_r``
-    (cosine for vectors, BM25 over the query's IDF mass for keywords); with RRF it is
-    ``weight_r / (k + rank_r)``. Weights, ``k`` and the mass are read from the fusion stage.
+
+def contribution_frame(result: SearchResult) -> pl.DataFrame:
+    """One row per part of every ranked item's score, as the pipeline added it (from the trace).
+
+    Parameters
+    ----------
+    result:
+        A search result from :meth:`Memory.search`.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``rank``, ``item`` (its label), ``id``, ``part`` (its label), ``contribution``, ``start``
+        and ``end`` (where its bar segment lies: the item's parts laid end to end, those that
+        lower the score last) and ``score`` (the item's score: the sum of its parts, where the
+        last segment ends). A trace with no parts for an item (one made by hand) gives it one
+        part, ``score (not broken down)``.
+    """
+    hits = {h.id: h for h in result.hits}
+    rows: list[dict[str, Any]] = []
+    for position, doc in enumerate(_final_ids(result), start=1):
+        hit = hits.get(doc)
+        parts = result.trace.parts(doc)
+        if not parts:
+            parts = {"score": hit.score if hit is not None else _last_score(result, doc)}
+        score = sum(parts.values())
+        # A part that added nothing (no lean, no passage) draws nothing: left out of the legend.
+        parts = {name: value for name, value in parts.items() if value} or parts
+        label = _item_label(position, doc, hit)
+        end = 0.0
+        # Parts that add first, those that take away after: the bar ends at the score.
+        for name, value in sorted(parts.items(), key=lambda kv: kv[1] < 0):
+            rows.append(
+                {
+                    "rank": position,
+                    "item": label,
+                    "id": doc,
+                    "part": PART_LABELS.get(name, name),
+                    "contribution": value,
+                    "start": end,
+                    "end": end + value,
+                    "score": score,
+                }
+            )
+            end += value
+    return pl.DataFrame(
+        rows,
+        schema={
+            "rank": pl.Int64,
+            "item": pl.Utf8,
+            "id": pl.Int64,
+            "part": pl.Utf8,
+            "contribution": pl.Float64,
+            "start": pl.Float64,
+            "end": pl.Float64,
+            "score": pl.Float64,
+        },
+    )
+
+
+#: A colour per known part (tableau20): the keyword side in blues, the cosine side in oranges.
+_COLOURS = {
+    "BM25": "#4c78a8",
+    "identifier lean (to BM25)": "#9ecae9",
+    "cosine": "#f58518",
+    "passage (raised the cosine)": "#ffbf79",
+    "vector": "#f58518",
+    "recency": "#54a24b",
+    "importance": "#b279a2",
+    "retrievals": "#eeca3b",
+    "pinned": "#ff9da6",
+    "fused rank (RRF)": "#4c78a8",
+    "cross-encoder rank (RRF)": "#e45756",
+    "below the reranked": "#bab0ac",
+    "MMR relevance": "#72b7b2",
+    "MMR redundancy": "#e45756",
+    "below the MMR picks": "#bab0ac",
+    "superseded": "#9d755d",
+    "score (not broken down)": "#bab0ac",
+}
+
+
+def _part_colour(label: str) -> str:
+    return _COLOURS.get(label, "#79706e")
+
+
+def _last_score(result: SearchResult, doc: int) -> float:
+    for stage in reversed(result.trace.stages):
+        if doc in stage.scores:
+            return float(stage.scores[doc])
+    return 0.0
+
+
+def contribution(result: SearchResult) -> alt.Chart:
+    """What each ranked item's score is made of: one bar per item, one segment per part.
+
+    The parts are the ones the pipeline added, as its trace records them
+    (:meth:`~nbmemory.SearchResult.parts`): with convex fusion (the default) the BM25 share of
+    the query, the cosine, what the best passage raised the cosine by and what the identifier
+    lean moved to BM25, then recency, importance and the like when those stages ran; with RRF
+    each retriever's ``weight / (k + rank)``. Each bar ends at the item's score, so the bars
+    follow the ranking; a part that lowers a score (MMR's redundancy) is drawn back over the bar.
 
     Parameters
     ----------
@@ -266,67 +386,39 @@ def contribution(result: SearchResult) -> alt.Chart:
     fused = result.fusion
     if fused is None:
         raise ConfigError("the result's trace has no fusion stage: pass a result from Memory.search")
-    convex = fused.name == "convex"
-    mass = float(fused.notes.get("mass", 0.0))
-    rrf_k = int(fused.notes.get("k", 60))
+    frame = contribution_frame(result)
+    labels = frame["item"].unique(maintain_order=True).to_list()
+    present = frame["part"].unique(maintain_order=True).to_list()
+    order = [p for p in PART_LABELS.values() if p in present] + [p for p in present if p not in PART_LABELS.values()]
     weights: dict[str, float] = dict(fused.notes.get("weights", {}))
-    # Adaptive fusion gives each retriever its own constant.
-    ks: dict[str, float] = dict(fused.notes.get("ks", {}))
-    ranks: dict[str, dict[int, int]] = {}
-    for name in RETRIEVERS:
-        stage = result.trace.stage(name)
-        if stage is not None:
-            ranks[name] = {doc: r for r, doc in enumerate(stage.output, start=1)}
-    hits = {h.id: h for h in result.hits}
-    rows: list[dict[str, Any]] = []
-    labels = []
-    for position, doc in enumerate(_final_ids(result), start=1):
-        label = _item_label(position, doc, hits.get(doc))
-        labels.append(label)
-        for name, by_doc in ranks.items():
-            if doc in by_doc:
-                rows.append(
-                    {
-                        "item": label,
-                        "id": doc,
-                        "retriever": name,
-                        "rank": by_doc[doc],
-                        "contribution": (
-                            weights.get(name, 1.0) * _scaled(hits.get(doc), name, mass)
-                            if convex
-                            else weights.get(name, 1.0) / (ks.get(name, rrf_k) + by_doc[doc])
-                        ),
-                    }
-                )
-    frame = pl.DataFrame(
-        rows,
-        schema={
-            "item": pl.Utf8,
-            "id": pl.Int64,
-            "retriever": pl.Utf8,
-            "rank": pl.Int64,
-            "contribution": pl.Float64,
-        },
-    )
-    # Click a legend entry to pick out one retriever's share.
-    picked = alt.selection_point(fields=["retriever"], bind="legend")
+    if fused.name == "convex" and weights:
+        how = f"{weights.get('bm25', 0):g} x BM25 share + {weights.get('vector', 0):g} x cosine"
+    else:
+        how = f"RRF k={fused.notes.get('k', 60)}: weight / (k + rank)"
+    # Click a legend entry to pick out one part.
+    picked = alt.selection_point(fields=["part"], bind="legend")
     return (
-        alt.Chart(
-            frame,
-            title=_title(
-                f"Contribution to the fused top-{len(labels)} "
-                + ("(convex: weight x score)" if convex else f"(RRF k={rrf_k})"),
-                result.query,
-            ),
-        )
+        alt.Chart(frame, title=_title(f"What each score is made of ({how})", result.query))
         .mark_bar()
         .encode(
-            x=alt.X("contribution:Q", stack="zero", title="fused score contribution"),
-            y=alt.Y("item:N", sort=labels, title="fused rank, item"),
-            color=alt.Color("retriever:N", title="retriever", sort=list(RETRIEVERS)),
-            order=alt.Order("retriever:N"),
+            x=alt.X("start:Q", title="score"),
+            x2="end:Q",
+            # Room for a folder, a file name and the id; the labels say what they are.
+            y=alt.Y("item:N", sort=labels, title=None, axis=alt.Axis(labelLimit=280)),
+            # A part keeps its colour from chart to chart, whichever other parts are present.
+            color=alt.Color(
+                "part:N",
+                title="part",
+                sort=order,
+                scale=alt.Scale(domain=order, range=[_part_colour(p) for p in order]),
+            ),
             opacity=alt.when(picked).then(alt.value(1.0)).otherwise(alt.value(0.25)),
-            tooltip=["item:N", "retriever:N", "rank:Q", alt.Tooltip("contribution:Q", format=".4f")],
+            tooltip=[
+                "item:N",
+                "part:N",
+                alt.Tooltip("contribution:Q", format=".4f"),
+                alt.Tooltip("score:Q", format=".4f"),
+            ],
         )
         .add_params(picked)
         .properties(width=WIDTH, height=max(120, 18 * len(labels)))
@@ -334,16 +426,18 @@ def contribution(result: SearchResult) -> alt.Chart:
 
 
 def _item_label(position: int, doc: int, hit: Hit | None) -> str:
-    """``"1. deploy.md:12 #42"``: rank, a short location when the hit is known, and the id."""
+    """``"1. ops/deploy.md:12 #42"``: rank, the file and its folder when the hit is known, and the id."""
     if hit is None:
         return f"{position}. #{doc}"
     if hit.source is None:
         where = "remembered"
-    elif hit.cell_index is not None:
-        # Cells count from 1, as in the hit table and JupyterLab's status bar.
-        where = f"{PurePath(hit.source).name}, cell {hit.cell_index + 1}"
     else:
-        where = PurePath(hit.source).name + (f":{hit.line_start}" if hit.line_start is not None else "")
+        path = "/".join(PurePath(hit.source).parts[-2:])
+        if hit.cell_index is not None:
+            # Cells count from 1, as in the hit table and JupyterLab's status bar.
+            where = f"{path}, cell {hit.cell_index + 1}"
+        else:
+            where = path + (f":{hit.line_start}" if hit.line_start is not None else "")
     return f"{position}. {where} #{doc}"
 
 
@@ -399,15 +493,6 @@ def distance_relevance(frame: pl.DataFrame, bins: int = 10) -> alt.Chart:
         )
         .properties(width=WIDTH, height=HEIGHT - 60)
     )
-
-
-def _scaled(hit: Hit | None, retriever: str, mass: float) -> float:
-    """A hit's score on the convex scale: cosine, or BM25 as a share of the query's IDF mass."""
-    if hit is None:
-        return 0.0
-    if retriever == "vector":
-        return float(hit.retriever_scores.get("vector", hit.similarity or 0.0))
-    return float(hit.retriever_scores.get("bm25", 0.0)) / mass if mass > 0 else 0.0
 
 
 use_offline_charts()

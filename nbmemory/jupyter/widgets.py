@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
@@ -22,9 +23,9 @@ from nbmemory.api import SearchResult
 from nbmemory.errors import NbMemoryError
 from nbmemory.items import Hit
 from nbmemory.jupyter import plots
-from nbmemory.jupyter.display import location_html, more_label
+from nbmemory.jupyter.display import location_html, more_label, parts_text
 from nbmemory.jupyter.notebook_context import Links
-from nbmemory.options import KINDS
+from nbmemory.options import CLOSEST, KINDS, WEAK_LABEL, plural, score_scale
 
 if TYPE_CHECKING:
     from nbmemory.memory import Memory
@@ -36,6 +37,11 @@ CHARTS = ("ranks", "scores", "contribution")
 IMPORTANCE_STEP = 0.1
 #: How long the Undo button stays after a forget (the sidebar's Undo lasts as long).
 UNDO_SECONDS = 10.0
+HINT = (
+    "<div style='padding:6px'><b>Type in the search box above</b> to search your memory: the notes, "
+    "notebooks and code you indexed and what you remembered. Filters narrow a search; "
+    "<i>Explain</i> shows how the ranking was made and <i>Chart</i> draws it.</div>"
+)
 
 
 class ResultRow(widgets.VBox):
@@ -53,9 +59,12 @@ class ResultRow(widgets.VBox):
 
     hit = Instance(Hit)
 
-    def __init__(self, hit: Hit, position: int, explorer: MemoryExplorer) -> None:
+    def __init__(
+        self, hit: Hit, position: int, explorer: MemoryExplorer, parts: Mapping[str, float] | None = None
+    ) -> None:
         self.explorer = explorer
         self.position = position
+        self.parts = dict(parts or {})
         self.header = widgets.HTML()
         self.body = widgets.HTML(_body_html(hit))
         self.forget_button = widgets.Button(description="Forget", icon="trash", button_style="danger")
@@ -98,13 +107,14 @@ class ResultRow(widgets.VBox):
             f"{name} #{hit.ranks[name]}" if name in hit.ranks else f"{name} –" for name in ("bm25", "vector")
         )
         tags = "".join(f" <code>#{html.escape(t)}</code>" for t in hit.tags)
+        tip = parts_text(self.parts)
+        score = f"<b title='{html.escape(tip, quote=True)}'>{hit.score:.4f}</b>" if tip else f"<b>{hit.score:.4f}</b>"
         self.header.value = (
-            f"<b>{self.position}.</b> score <b>{hit.score:.4f}</b> <small>({ranks})</small> · "
+            f"<b>{self.position}.</b> score {score} <small>({ranks})</small> · "
             f"{location_html(hit, self.explorer.links, widget=True, short=True)}<br>"
             f"<small>{html.escape(hit.kind)} · {html.escape(hit.namespace)} · "
             f"importance {hit.importance:.1f} · #{int(hit.id)}"
-            f"{' · ' + html.escape(more_label(hit)) if hit.more else ''}"
-            f"{' · weaker match' if hit.weak else ''}</small>{tags}"
+            f"{' · ' + html.escape(more_label(hit)) if hit.more else ''}</small>{tags}"
         )
 
 
@@ -158,6 +168,7 @@ class MemoryExplorer(widgets.VBox):
         self._seq = 0
         self._lock = threading.RLock()
         self.rows: list[ResultRow] = []
+        self._extras: list[widgets.Widget] = []
 
         self.search_box = widgets.Text(
             placeholder="search your memory…", continuous_update=True, layout=widgets.Layout(flex="1")
@@ -194,7 +205,9 @@ class MemoryExplorer(widgets.VBox):
             layout=widgets.Layout(width="auto", display="none"),
         )
         self.undo_button.on_click(lambda _: self.undo())
-        self.results_box = widgets.VBox(layout=widgets.Layout(max_height="460px", overflow="auto"))
+        # What the results pane shows before a search: what to do, not an empty box.
+        self.hint = widgets.HTML(HINT)
+        self.results_box = widgets.VBox([self.hint], layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.explain_html = widgets.HTML(layout=widgets.Layout(max_height="460px", overflow="auto"))
         self.chart_picker = widgets.ToggleButtons(options=list(CHARTS), style={"button_width": "auto"})
         self.chart_view = plots.chart_widget()
@@ -291,7 +304,7 @@ class MemoryExplorer(widgets.VBox):
             self._apply(seq, self.result, f"<span style='color:#b00'>{html.escape(str(exc))}</span>")
             return None
         ms = result.trace.total_ms
-        self._apply(seq, result, f"<small>{len(result.hits)} hit(s) in {ms:.0f} ms</small>")
+        self._apply(seq, result, f"<small>{plural(len(result.hits), 'hit')} in {ms:.0f} ms</small>")
         return result
 
     def _apply(self, seq: int, result: SearchResult | None, status: str) -> None:
@@ -311,14 +324,46 @@ class MemoryExplorer(widgets.VBox):
     def _render(self, change: dict[str, Any]) -> None:
         result: SearchResult | None = change["new"]
         hits = result.hits if result is not None else []
-        old, self.rows = self.rows, [ResultRow(hit, i, self) for i, hit in enumerate(hits, start=1)]
-        self.results_box.children = tuple(self.rows)
+        flagged = result is not None and result.rejected
+        if flagged:
+            hits = hits[:CLOSEST]
+        parts = result.parts() if result is not None else {}
+        old, self.rows = self.rows, [ResultRow(hit, i, self, parts.get(hit.id)) for i, hit in enumerate(hits, start=1)]
+        extras = self._extras
+        children = self._results_children(result, flagged)
+        self.results_box.children = tuple(children)
+        # Lines and folds made for the last results go with them (the hint stays for reuse).
+        self._extras = [c for c in children if c is not self.hint and not isinstance(c, ResultRow)]
         for row in old:
             row.close()
+        for extra in extras:
+            for child in getattr(extra, "children", ()):
+                child.close()  # the fold's box of rows
+            extra.close()
         self.explain_html.value = (
             f"<pre>{html.escape(result.explain(top=self.top_k))}</pre>" if result is not None else ""
         )
         self._render_chart()
+
+    def _results_children(self, result: SearchResult | None, flagged: bool) -> list[widgets.Widget]:
+        """The results pane: a hint before any search; a flagged search's line with its closest
+        few folded under it; else what a score is, then the rows, the weak ones under one line."""
+        if result is None:
+            return [self.hint]
+        if flagged:
+            notice = widgets.HTML(f"<b>{html.escape(result.reason)}</b>", layout=widgets.Layout(flex="0 0 auto"))
+            closest = widgets.Accordion([widgets.VBox(self.rows)], titles=(f"the {plural(len(self.rows), 'closest item')}",))
+            closest.selected_index = None
+            return [notice, closest]
+        children: list[widgets.Widget] = []
+        scale = score_scale(result)
+        if scale and self.rows:
+            children.append(widgets.HTML(f"<small>{html.escape(scale)}; hover a score for its parts</small>"))
+        for row in self.rows:
+            if row.hit.weak and not any(r.hit.weak for r in self.rows[: row.position - 1]):
+                children.append(widgets.HTML(f"<i>{html.escape(WEAK_LABEL)}</i>", layout=widgets.Layout(flex="0 0 auto")))
+            children.append(row)
+        return children
 
     @observe("chart_kind")
     def _chart_kind_changed(self, change: dict[str, Any]) -> None:

@@ -56,6 +56,9 @@ def _hook(obj: dict[str, Any], plain: Collection[str] = ()) -> Any:
         obj["scores"] = {int(k): v for k, v in obj["scores"].items()}
         obj["detail"] = {int(k): v for k, v in obj["detail"].items()}
         obj["dropped"] = {int(k): v for k, v in obj.get("dropped", {}).items()}
+        obj["parts"] = {int(k): v for k, v in obj.get("parts", {}).items()}
+    elif kind == "Trace":
+        obj["labels"] = {int(k): v for k, v in obj.get("labels", {}).items()}
     elif kind == "PipelineConfig":
         obj["retrievers"] = tuple(obj["retrievers"])
     elif kind == "IndexReport":

@@ -9,7 +9,7 @@ return counting 0 from it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
@@ -58,6 +58,47 @@ def convex(scores: Mapping[str, Mapping[K, float]], weights: Mapping[str, float]
             best[item] = max(best.get(item, s), s)
             order.setdefault(item, len(order))
     return sorted(fused.items(), key=lambda kv: (-kv[1], -best[kv[0]], order[kv[0]]))
+
+
+def convex_parts(
+    lexical: Mapping[K, float],
+    chunk_cosine: Mapping[K, float],
+    cosine: Mapping[K, float],
+    alpha: float,
+    base_alpha: float,
+    items: Sequence[K],
+) -> dict[K, dict[str, float]]:
+    """The parts of each item's convex score ``(1 - alpha) * lexical + alpha * cosine``, named.
+
+    ``bm25``: the keyword share at the configured weight, ``(1 - base_alpha) * lexical``;
+    ``identifier``: what the identifier lean added to it, ``(base_alpha - alpha) * lexical``
+    (the lean moves weight from the cosine to the keyword share); ``cosine``: the chunk's own
+    cosine, ``alpha * chunk_cosine``; ``passage``: what its best passage raised that by,
+    ``alpha * (cosine - chunk_cosine)``. They sum to the fused score.
+
+    Parameters
+    ----------
+    lexical:
+        Item -> keyword share (as fused; absent counts 0).
+    chunk_cosine, cosine:
+        Item -> the chunk's cosine, and the cosine fused (raised to the best passage's).
+    alpha, base_alpha:
+        The vector weight used, and the configured one before the identifier lean.
+    items:
+        The items to break down.
+    """
+    out: dict[K, dict[str, float]] = {}
+    for item in items:
+        lex = lexical.get(item, 0.0)
+        raised = cosine.get(item, 0.0)
+        own = chunk_cosine.get(item, raised)
+        out[item] = {
+            "bm25": (1.0 - base_alpha) * lex,
+            "identifier": (base_alpha - alpha) * lex,
+            "cosine": alpha * own,
+            "passage": alpha * (raised - own),
+        }
+    return out
 
 
 def query_mass(idf: Mapping[str, tuple[float, int]], unseen_idf: float) -> float:
@@ -117,6 +158,7 @@ class ConvexFusion:
             # In candidate order, whichever way the cosines were read: ties break by first seen.
             cosine = {i: exact[i] for i in candidates if i in exact}
             rescored = None
+            chunk_cosine = cosine
             if config.passages:
                 cosine, rescored = self._passage_cosines(query, cosine)
             bm25, filled = found["bm25"], 0
@@ -136,6 +178,9 @@ class ConvexFusion:
                 stage.notes.update(evidence=round(evidence.evidence, 3), mass=round(evidence.mass, 3))
             stage.output = [i for i, _ in fused]
             stage.scores = dict(fused)
+            stage.parts = convex_parts(
+                lexical, chunk_cosine, cosine, alpha, config.vector_weight, stage.output
+            )
             stage.detail = {
                 doc: ", ".join(
                     (f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -")

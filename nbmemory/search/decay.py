@@ -51,3 +51,26 @@ def recency_factor(
         f"{item.retrieval_count} retrievals"
     )
     return factor, why
+
+
+def factor_parts(
+    item: ItemSignals, now: datetime, half_life_days: float = 30.0, weight: float = 0.05
+) -> dict[str, float]:
+    """What each signal adds to :func:`recency_factor`'s factor, so ``factor = 1 + sum(parts)``.
+
+    ``factor - 1 = weight * (2 boost - 1)`` splits by signal around a neutral 0.5 each:
+    ``recency`` ``weight * (decay - 0.5)``, ``importance`` ``weight * 0.6 * (importance - 0.5)``
+    and ``retrievals`` ``weight * 0.4 * (frequency - 0.5)``; a pinned item's whole lift is
+    ``pinned``, ``weight``. A score ``s`` multiplied by the factor gains ``s * part`` from each.
+    """
+    if item.pinned:
+        return {"pinned": weight}
+    seen = item.last_retrieved_at or item.created_at
+    age_days = max(0.0, (now - seen).total_seconds() / 86400.0)
+    decay = 0.5 ** (age_days / half_life_days)
+    frequency = min(1.0, math.log1p(item.retrieval_count) / math.log1p(50))
+    return {
+        "recency": weight * (decay - 0.5),
+        "importance": weight * 0.6 * (item.importance - 0.5),
+        "retrievals": weight * 0.4 * (frequency - 0.5),
+    }

@@ -42,9 +42,7 @@ def mmr(
     if not ids:
         return []
     k = len(ids) if k is None else min(k, len(ids))
-    rel = np.array([relevance[i] for i in ids], dtype=np.float64)
-    span = rel.max() - rel.min()
-    rel = (rel - rel.min()) / span if span > 0 else np.ones_like(rel)
+    rel = scaled_relevance(ids, relevance)
     dim = next((len(v) for v in vectors.values()), 0)
     mat = np.zeros((len(ids), dim), dtype=np.float32)
     has = np.zeros(len(ids), dtype=bool)
@@ -70,3 +68,11 @@ def mmr(
             max_sim = np.where(closer, sims, max_sim)
             nearest = np.where(closer, best, nearest)
     return out
+
+
+def scaled_relevance(ids: Sequence[int], relevance: Mapping[int, float]) -> np.ndarray:
+    """The candidates' relevance min-max scaled to [0, 1] (all 1 when they are equal), in ``ids``
+    order: the relevance term :func:`mmr` weighs by ``lam``."""
+    rel = np.array([relevance[i] for i in ids], dtype=np.float64)
+    span = rel.max() - rel.min()
+    return (rel - rel.min()) / span if span > 0 else np.ones_like(rel)

@@ -29,7 +29,7 @@ from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion, Ranked
 from nbmemory.search.filters import Filters
 from nbmemory.search.pool import Pool
-from nbmemory.search.result import SearchResult, hydrate
+from nbmemory.search.result import SearchResult, hydrate, place
 from nbmemory.search.rrf import RRFFusion, rrf
 from nbmemory.search.trace import Stage, Trace
 from nbmemory.search.vector import VectorRetriever
@@ -157,6 +157,7 @@ class SearchPipeline:
         for hit in hits:
             hit.more = more.get(hit.id, [])
         self._support(hits, evidence)
+        self._label(trace, k)
         return SearchResult(text, hits, trace, rejected=rejected, reason=reason), trace
 
     # -- stages ---------------------------------------------------------------------------------
@@ -209,7 +210,9 @@ class SearchPipeline:
                 model = rerank_mod.load_reranker(str(config.reranker))
                 scores = model.score(query, [texts.get(i, "") for i in head])
                 ce = {i: float(sc) for i, sc in zip(head, scores, strict=True)}
-                order = rerank_mod.blend([i for i, _ in order], ce, k=config.rrf_k)
+                ids = [i for i, _ in order]
+                order = rerank_mod.blend(ids, ce, k=config.rrf_k)
+                stage.parts = rerank_mod.blend_parts(ids, ce, k=config.rrf_k)
                 by_ce = sorted(head, key=lambda i: -ce[i])
                 stage.detail = {i: f"cross-encoder #{by_ce.index(i) + 1} ({ce[i]:.3f})" for i in head}
             stage.output = [i for i, _ in order]
@@ -223,13 +226,18 @@ class SearchPipeline:
             now = utcnow()
             scored = []
             for i, score in order:
+                before = trace.parts(i)
                 signals = meta.get(i)
                 if signals is None:
                     scored.append((i, score))
+                    stage.parts[i] = before
                     continue
                 factor, why = decay.recency_factor(signals, now, config.half_life_days, config.recency_weight)
                 scored.append((i, score * factor))
                 stage.detail[i] = f"x{factor:.3f}: {why}"
+                # score * factor = score + score * (factor - 1), the second term split by signal.
+                lift = decay.factor_parts(signals, now, config.half_life_days, config.recency_weight)
+                stage.parts[i] = {**before, **{name: score * part for name, part in lift.items()}}
             scored.sort(key=lambda kv: -kv[1])
             stage.output = [i for i, _ in scored]
             stage.scores = dict(scored)
@@ -247,6 +255,13 @@ class SearchPipeline:
                 stage.detail[old] = f"superseded by #{new}"
             stage.output = [i for i, _ in moved]
             stage.scores = dict(moved)
+            was = dict(order)
+            for i, score in moved:
+                # A superseded item takes a score just below what superseded it: the change is a part.
+                parts = trace.parts(i)
+                if score != was[i]:
+                    parts["superseded"] = score - was[i]
+                stage.parts[i] = parts
             stage.notes = {"superseded": len(newer)}
         return moved
 
@@ -281,6 +296,14 @@ class SearchPipeline:
                     stage.detail[i] = f"most like #{near}"
             stage.output = [i for i, _ in out]
             stage.scores = dict(out)
+            # MMR scores replace the fused ones: lam * relevance (min-max scaled) less the redundancy.
+            relevance = dict(
+                zip(ids, (lam * mmr_mod.scaled_relevance(ids, dict(order))).tolist(), strict=True)
+            )
+            stage.parts = {
+                i: {"mmr relevance": relevance[i], "mmr redundancy": s - relevance[i]} for i, s, _ in picked
+            }
+            stage.parts.update({i: {"below the MMR picks": s} for i, s in out[len(picked) :]})
         return out
 
     def _reject(
@@ -416,6 +439,14 @@ class SearchPipeline:
             lexical = hit.retriever_scores.get("bm25", 0.0) / mass if mass > 0 else 0.0
             semantic = hit.tier != "none" or (hit.similarity is None and "vector" not in hit.ranks)
             hit.weak = not semantic and lexical < WEAK_LEXICAL and hit.score < WEAK_SHARE * best
+
+    def _label(self, trace: Trace, k: int) -> None:
+        """Where each item an explanation of ``k`` hits names is (``Trace.labels``); the rows come
+        from the per-file row cache, which the stages before filled."""
+        top = max(k, 10)
+        ids = {i for stage in trace.stages for i in [*stage.output[:top], *stage.dropped]}
+        rows = fetch_rows(self.db, sorted(ids), HitRow)
+        trace.labels = {i: place(row) for i, row in rows.items()}
 
     def _hydrate_step(
         self, query: str, order: Ranked, found: dict[str, Retrieved], pool: Pool, trace: Trace

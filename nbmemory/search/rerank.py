@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from nbmemory.errors import ConfigError
-from nbmemory.search.rrf import rrf
+from nbmemory.search.rrf import rrf, rrf_parts
 
 
 class Reranker(Protocol):
@@ -162,3 +162,19 @@ def blend(order: Sequence[int], ce_scores: dict[int, float], k: int = 60) -> lis
     floor = min((s for _, s in blended), default=0.0)
     tail = [i for i in order if i not in ce_scores]
     return blended + [(i, floor * (1.0 - 1e-3 * (n + 1))) for n, i in enumerate(tail)]
+
+
+def blend_parts(
+    order: Sequence[int], ce_scores: dict[int, float], k: int = 60
+) -> dict[int, dict[str, float]]:
+    """Each :func:`blend` score as its terms: ``fused rank`` ``1 / (k + rank in the fused order)``
+    and ``cross-encoder`` ``1 / (k + rank by the cross-encoder)`` for the reranked head; the tail
+    is one part, ``below the reranked``. They sum to the blended scores."""
+    blended = dict(blend(order, ce_scores, k=k))
+    head = [i for i in order if i in ce_scores]
+    by_ce = sorted(head, key=lambda i: (-ce_scores[i], head.index(i)))
+    parts = rrf_parts({"fused rank": head, "cross-encoder": by_ce}, head, k=k)
+    for i in order:
+        if i not in ce_scores:
+            parts[i] = {"below the reranked": blended[i]}
+    return parts

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from nbmemory.items import Hit
@@ -47,6 +48,13 @@ class SearchResult:
     @property
     def ids(self) -> list[int]:
         return [h.id for h in self.hits]
+
+    def parts(self) -> dict[int, dict[str, float]]:
+        """Each hit's score as the named parts the pipeline added (:meth:`Trace.parts`), which sum
+        to ``hit.score``: ``bm25`` (keyword share), ``cosine``, ``passage`` (what the best passage
+        raised the cosine by), ``identifier`` (the identifier lean's extra keyword weight), and
+        the later stages' own (``recency``, ``importance``, ...) when they ran."""
+        return {h.id: self.trace.parts(h.id) for h in self.hits}
 
     def explain(self, top: int = 10) -> str:
         return self.trace.explain(top)
@@ -93,6 +101,25 @@ class SearchResult:
             "text": pl.Utf8,
         }
         return pl.DataFrame(rows, schema=schema)
+
+
+def place(row: HitRow) -> str:
+    """Where a chunk is, short, for an explanation: ``git/undo.md:3-20``, ``ops/deploy.ipynb, cell 4``
+    (cells count from 1), ``papers/x.pdf, page 3``, ``kernel-2.ipynb, In [5]`` or ``(remembered)``."""
+    if row.source is None:
+        return "(remembered)"
+    path = PurePath(row.source)
+    if row.cell_index is not None and row.cell_id == f"in-{row.cell_index}":
+        return f"{path.name}, In [{row.cell_index}]"
+    where = "/".join(path.parts[-2:])
+    if row.cell_index is not None:
+        return f"{where}, cell {row.cell_index + 1}"
+    if row.page is not None:
+        return f"{where}, page {row.page}"
+    if row.line_start is not None:
+        end = f"-{row.line_end}" if row.line_end and row.line_end != row.line_start else ""
+        return f"{where}:{row.line_start}{end}"
+    return where
 
 
 def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:

@@ -66,6 +66,28 @@ def rrf(
     return sorted(scores.items(), key=lambda kv: (-kv[1], best_rank[kv[0]], order[kv[0]]))
 
 
+def rrf_parts(
+    rankings: Mapping[str, Sequence[K]],
+    items: Sequence[K],
+    k: int = 60,
+    weights: Mapping[str, float] | None = None,
+    ks: Mapping[str, float] | None = None,
+) -> dict[K, dict[str, float]]:
+    """Each item's :func:`rrf` score as its terms, ``{retriever: w_r / (k_r + rank_r)}`` (a
+    retriever that did not return the item has no term); they sum to the fused score."""
+    weights = dict(weights or {})
+    ks = dict(ks or {})
+    wanted = set(items)
+    out: dict[K, dict[str, float]] = {item: {} for item in items}
+    for name, ids in rankings.items():
+        w = weights.get(name, 1.0)
+        kr = ks.get(name, k)
+        for rank, doc in enumerate(ids, start=1):
+            if doc in wanted:
+                out[doc][name] = w / (kr + rank)
+    return out
+
+
 class RRFFusion:
     """RRF as a pipeline stage (``fusion="rrf"``): weights and per-retriever constants from the
     query's lexical evidence when ``adaptive`` is on. Cost: linear in the candidates."""
@@ -108,6 +130,7 @@ class RRFFusion:
             fused = rrf(rankings, k=config.rrf_k, weights=weights, ks=ks)[:pool_size]
             stage.output = [i for i, _ in fused]
             stage.scores = dict(fused)
+            stage.parts = rrf_parts(rankings, stage.output, k=config.rrf_k, weights=weights, ks=ks)
             stage.detail = {
                 doc: ", ".join(
                     f"{name} #{ranks[name][doc]}" if doc in ranks[name] else f"{name} -" for name in rankings

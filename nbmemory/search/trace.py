@@ -1,17 +1,31 @@
-"""A record of what each search stage did, for ``explain``."""
+"""A record of what each search stage did, for ``explain``.
+
+A stage that sets or changes scores records, per item, the named *parts* its score is made of
+(``Stage.parts``): they sum to the score the stage put out, so a chart or a line of text that
+breaks a score down reads the same numbers the ranking used (:meth:`Trace.parts`).
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+#: An item a detail or a dropped item's reason refers to (``duplicate of #42``, ``most like #7``),
+#: named by its place when the trace knows it; ``bm25 #3`` is a rank and stays as it is.
+_ITEM_REF = re.compile(r"\b(of|by|like|as) #(\d+)")
+
 
 @dataclass
 class Stage:
-    """One named step: its output ranking (ids best first), time taken and notes."""
+    """One named step: its output ranking (ids best first), time taken and notes.
+
+    ``parts`` maps an item to the named parts of the score this stage gave it (they sum to
+    ``scores[item]``); a stage that leaves scores as they were records none.
+    """
 
     name: str
     output: list[int] = field(default_factory=list)
@@ -21,11 +35,13 @@ class Stage:
     detail: dict[int, str] = field(default_factory=dict)
     compare_to: str | None = None
     dropped: dict[int, str] = field(default_factory=dict)
+    parts: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
 class Trace:
-    """Every stage of one search, in order."""
+    """Every stage of one search, in order, and where the items it names are (``labels``:
+    item -> ``git/undo.md:3-20``, for :meth:`explain`)."""
 
     query: str
     stages: list[Stage] = field(default_factory=list)
@@ -39,6 +55,8 @@ class Trace:
     #: Objects tracked by the garbage collector that the search left alive beyond those it freed
     #: (its net allocations), known only when no collection ran during it.
     gc_objects: int | None = None
+    #: Each item's place (file and lines or cell, or "remembered") for explain.
+    labels: dict[int, str] = field(default_factory=dict)
 
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)
@@ -75,6 +93,22 @@ class Trace:
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.name == name), None)
 
+    def parts(self, item: int) -> dict[str, float]:
+        """The named parts of ``item``'s final score, as the last stage that scored it recorded
+        them; they sum to that score. Empty when no stage recorded any (a hand-made trace)."""
+        for stage in reversed(self.stages):
+            if item in stage.parts:
+                return dict(stage.parts[item])
+        return {}
+
+    def name(self, item: int) -> str:
+        """``git/undo.md:3-20 #42``: where the item is, when the trace knows, and its id."""
+        where = self.labels.get(item)
+        return f"{where} #{item}" if where else f"#{item}"
+
+    def _names(self, text: str) -> str:
+        return _ITEM_REF.sub(lambda m: f"{m.group(1)} {self.name(int(m.group(2)))}", text)
+
     @property
     def total_ms(self) -> float:
         """Every pass's stages, the earlier passes included."""
@@ -84,7 +118,8 @@ class Trace:
         """Stage by stage: what came out, in what order, what moved (``was N``) and why.
 
         A stage that reorders compares itself with the stage before it; items it removed are
-        listed as ``dropped`` with the reason.
+        listed as ``dropped`` with the reason. Items are named by their place (``labels``) and id;
+        a score a stage broke down is followed by its parts.
         """
         passes = f", {self.passes} passes ({self.earlier_ms:.1f} ms before the last)" if self.passes > 1 else ""
         collected = ", ".join(f"gen{g} x{n}" for g, n in enumerate(self.gc_collections) if n)
@@ -108,10 +143,12 @@ class Trace:
                         move = "  (new)"
                 score = stage.scores.get(item)
                 shown = f" score={score:.4f}" if score is not None else ""
-                extra = f"  [{stage.detail[item]}]" if item in stage.detail else ""
-                lines.append(f"    {rank:>3}. #{item}{shown}{extra}{move}")
+                if item in stage.parts:
+                    shown += " = " + " + ".join(f"{n} {v:.4f}" for n, v in stage.parts[item].items() if v)
+                extra = f"  [{self._names(stage.detail[item])}]" if item in stage.detail else ""
+                lines.append(f"    {rank:>3}. {self.name(item)}{shown}{extra}{move}")
             for item, why in list(stage.dropped.items())[:top]:
-                lines.append(f"      dropped #{item}: {why}")
+                lines.append(f"      dropped {self.name(item)}: {self._names(why)}")
             if previous is not None and stage.output[:top] == previous[:top] and not stage.dropped:
                 lines.append("      (top unchanged)")
         return "\n".join(lines)
@@ -132,7 +169,9 @@ class Trace:
                     "notes": s.notes,
                     "detail": {str(k): v for k, v in list(s.detail.items())[:100]},
                     "dropped": {str(k): v for k, v in s.dropped.items()},
+                    "parts": {str(k): v for k, v in list(s.parts.items())[:100]},
                 }
                 for s in self.stages
             ],
+            "labels": {str(k): v for k, v in self.labels.items()},
         }

@@ -2,8 +2,7 @@
 
 Blocking nbmemory calls run in the state's thread pool. User mistakes answer 4xx with
 ``{"message": ...}``: 400 for a bad argument or an :class:`~nbmemory.NbMemoryError`, 403 for a
-path outside the server's root, 404 for an unknown item or job (or ``GET tune`` before any run),
-409 for a second tuning run.
+path outside the server's root, 404 for an unknown item or job, 409 for a second tuning run.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from nbmemory.options import (
     owned_memory,
     pipeline_config,
     query_sources,
+    score_scale,
     search_filters,
     to_jsonable,
     tune_options,
@@ -210,7 +210,8 @@ class SearchHandler(MemoryHandler):
     """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&explain=1&chunks=1``.
 
     Results come one per file (``more``: the file's other chunks) unless ``chunks=1``;
-    ``rejected``/``reason`` flag a search with no confident answer (its hits are kept).
+    ``rejected``/``reason`` flag a search with no confident answer (its hits are kept). Each hit's
+    ``parts`` are what its score is made of (they sum to it); ``scale`` says what a score is.
     """
 
     @tornado.web.authenticated
@@ -226,13 +227,18 @@ class SearchHandler(MemoryHandler):
         if chunks:
             kwargs["config"] = pipeline_config(None, PipelineConfig().rrf_k, chunks=True)
         result = await self.call(lambda mem: mem.search(query, k, **kwargs))
+        hits = self.hits(result.hits)
+        parts = result.parts()
+        for hit in hits:
+            hit["parts"] = parts.get(hit["id"], {})
         data: dict[str, Any] = {
             "query": query,
             "k": k,
             "ms": round((time.perf_counter() - started) * 1000, 1),
-            "hits": self.hits(result.hits),
+            "hits": hits,
             "rejected": result.rejected,
             "reason": result.reason,
+            "scale": score_scale(result),
         }
         if explain:
             data["trace"] = result.trace.to_dict()
@@ -573,15 +579,14 @@ class TuneHandler(MemoryHandler):
     job's id and status line. Tuning runs only in the process that owns the memory file.
 
     ``GET /nbmemory/tune``: the running job, else the one started last (as ``GET tune/<job>``
-    answers it), 404 if none was started in this server: a reloaded sidebar follows it again.
+    answers it), ``null`` if none was started in this server: a reloaded sidebar follows a run
+    again, and the sidebar asks on every page load, where "no run yet" is no error.
     """
 
     @tornado.web.authenticated
     async def get(self) -> None:
         current = _current_tune(self.state)
-        if current is None:
-            raise _fail(404, "no tuning run has been started in this server: POST /nbmemory/tune starts one")
-        self.reply(_tune_dict(*current))
+        self.reply(_tune_dict(*current) if current is not None else None)
 
     @tornado.web.authenticated
     async def post(self) -> None:

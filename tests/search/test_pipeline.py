@@ -142,8 +142,9 @@ def test_explain_shows_each_stage_what_moved_and_why(mem: Memory, notes: dict[st
         "[hydrate]",
         "weights=",
         "why=",
-        "dropped #",
-        "duplicate of",
+        # Items named by their place and id.
+        "dropped (remembered) #",
+        "duplicate of (remembered) #",
     ):
         assert part in text, (part, text)
 

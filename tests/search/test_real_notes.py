@@ -135,3 +135,28 @@ def test_results_come_one_per_file_with_the_other_chunks_counted(notes_memory: M
         chunks = by_file[_file(hit.source)]
         assert [hit.id, *hit.more] == chunks[: 1 + len(hit.more)]
         assert all(_file(notes_memory.get(i, touch=False).source) == _file(hit.source) for i in hit.more)
+
+
+def test_each_hits_parts_sum_to_its_score_and_the_chart_follows_the_ranking(notes_memory: Memory) -> None:
+    from nbmemory.jupyter.plots import contribution
+
+    judged = [json.loads(line) for line in JUDGED.read_text(encoding="utf-8").splitlines() if line.strip()]
+    queries = [q["query"] for q in judged if q["split"] == "dev"][:20]
+    assert len(queries) == 20
+    seen: set[str] = set()
+    for query in queries:
+        result = notes_memory.search(query, k=10, log=False)
+        parts = result.parts()
+        for hit in result.hits:
+            assert abs(sum(parts[hit.id].values()) - hit.score) <= 1e-6, (query, hit.id, parts[hit.id])
+            seen |= {name for name, value in parts[hit.id].items() if value}
+        # The chart draws those parts: each bar ends at its hit's score, so the bars keep rank order.
+        drawn = next(iter(contribution(result).to_dict()["datasets"].values()))
+        ends: dict[int, float] = {}
+        for segment in drawn:
+            ends[segment["id"]] = segment["end"]  # an item's last segment ends its bar
+        assert list(ends) == result.ids, query
+        assert list(ends.values()) == pytest.approx([h.score for h in result.hits], abs=1e-6), query
+        assert list(ends.values()) == sorted(ends.values(), reverse=True), query
+    # The queries exercise what the old chart left out: passages and the identifier lean.
+    assert {"bm25", "cosine", "passage", "identifier"} <= seen, seen

@@ -213,6 +213,12 @@ def lab_page(lab: Lab) -> Iterator[Any]:
                 dialog.dismiss()
 
         page.on("dialog", answer)
+        # What the page asked of nbmemory's server, with the status (a 404 logs in the console).
+        page.answers = []  # type: ignore[attr-defined]
+        page.on(
+            "response",
+            lambda r: page.answers.append((r.status, r.url)) if "/nbmemory/" in r.url else None,  # type: ignore[attr-defined]
+        )
         page.set_default_timeout(60_000)
         page.goto(f"{lab.url}/lab?token={lab.token}")
         # Wait until Lab has settled (the launcher takes focus when it opens).
@@ -253,6 +259,15 @@ def search(page: Any, query: str) -> Any:
         page.wait_for_timeout(100)
     assert "jp-mod-error" not in (status.get_attribute("class") or ""), status.inner_text()
     return page.locator(".jp-nbmemory-hit")
+
+
+def test_loading_the_page_asks_nothing_the_server_refuses(page: Any) -> None:
+    # The sidebar asks for the server's tuning run on every load: none yet is an answer, not a 404.
+    deadline = time.monotonic() + 30
+    while not any(url.split("?")[0].endswith("/nbmemory/tune") for _, url in page.answers):
+        assert time.monotonic() < deadline, page.answers
+        page.wait_for_timeout(100)
+    assert [(status, url) for status, url in page.answers if status >= 400] == []
 
 
 def test_search_shows_results_with_ranks(page: Any) -> None:

@@ -40,10 +40,21 @@ CELLS = [
     "%memsearch steps to deploy to staging -k 5",
     "explorer = %memexplore how did I handle token rotation\nexplorer",
     "%memindex ../notes.md --ns tour",
+    # Pasted text reaches the search as typed: no {} expansion, its flags kept.
+    "%memsearch HEAD@{1} git reset --hard -k 3",
+    # The labels over weak hits and over a flagged search, as a notebook draws them (the flags
+    # are set by hand: which real query is weak or flagged depends on the model).
+    "from dataclasses import replace\n"
+    "from nbmemory.jupyter.display import SearchHits\n"
+    'weak = mem.search("steps to deploy to staging", k=6)\n'
+    "for hit in weak.hits[2:]:\n"
+    "    hit.weak = True\n"
+    'SearchHits(weak, "weak tail")',
+    'SearchHits(replace(weak, rejected=True, reason="no confident match: test"), "no confident match: test")',
     # Last: Run All stops at a cell that fails.
     "%memindex /nonexistent/path",
 ]
-LOAD, CHART, BARS, SEARCH, EXPLORER, INDEX, MISSING = range(len(CELLS))
+LOAD, CHART, BARS, SEARCH, EXPLORER, INDEX, PASTED, WEAK, FLAGGED, MISSING = range(len(CELLS))
 
 
 def fill_root(root: Path) -> None:
@@ -111,7 +122,7 @@ def test_the_contribution_chart_draws_its_bars(notebook: Any) -> None:
     _, panel = notebook
     chart = cell(panel, BARS).locator(".vega-embed svg.marks")
     chart.wait_for(state="visible", timeout=60_000)
-    # Two bars (bm25, vector) per fused hit, k = 8.
+    # One segment per part (BM25, cosine, ...) per hit, k = 8.
     assert chart.locator(".mark-rect path").count() >= 8
     assert outputs(panel, BARS).count() == 1
     cell(panel, BARS).locator(".jp-OutputArea").screenshot(
@@ -161,3 +172,37 @@ def test_the_explorer_chart_tab_draws_offline(notebook: Any) -> None:
     chart.wait_for(state="visible", timeout=60_000)
     assert chart.locator(".mark-symbol path").count() >= 3
     explorer.screenshot(path=str(SCREENSHOTS / "explorer_chart.png"))
+
+
+def test_a_pasted_command_is_searched_as_typed(notebook: Any) -> None:
+    _, panel = notebook
+    cell(panel, PASTED).scroll_into_view_if_needed()
+    text = outputs(panel, PASTED).text_content() or ""
+    assert "for 'HEAD@{1} git reset --hard'" in text and "UsageError" not in text
+
+
+def test_weak_hits_sit_under_one_line_and_a_flagged_search_is_folded(notebook: Any) -> None:
+    _, panel = notebook
+    # In view: Lab does not render the cells of a long notebook that are out of sight.
+    cell(panel, WEAK).scroll_into_view_if_needed()
+    weak = outputs(panel, WEAK)
+    label = weak.locator("tr.nbmemory-weak-label")
+    assert label.count() == 1
+    assert label.inner_text().startswith("weaker matches: far in meaning, and holding under half")
+    rows = weak.locator("tr[data-nbmemory-id]")
+    assert rows.count() >= 3 and "weaker match" not in " ".join(rows.all_inner_texts())
+    # Scores say what they are: the column's title, a line under the table, each score's parts.
+    assert "x cosine" in (weak.locator("th", has_text="score").get_attribute("title") or "")
+    assert "hover a score for its parts" in weak.inner_text()
+    assert " + cosine " in (rows.first.locator("td").nth(1).get_attribute("title") or "")
+    cell(panel, FLAGGED).scroll_into_view_if_needed()
+    flagged = outputs(panel, FLAGGED)
+    flagged.wait_for(state="visible")
+    fold = flagged.locator("details.nbmemory-closest")
+    assert fold.count() == 1 and fold.get_attribute("open") is None
+    summary = fold.locator(":scope > summary")
+    assert summary.is_visible() and not fold.locator("table").is_visible()
+    assert fold.locator("tr[data-nbmemory-id]").count() == 3
+    assert "show the 3 closest items" in flagged.inner_text() and "weaker" not in flagged.inner_text()
+    summary.click()
+    assert fold.locator("table").is_visible()
