@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nbmemory import Memory
+from nbmemory import Memory, private
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest.redact import redact
 from nbmemory.store import fts, vectors
@@ -417,7 +417,7 @@ class Child:
             versions.with_base(db)
             version = versions.next_version(db)
             out = versions.models_dir(self.path) / version
-            out.mkdir(parents=True, exist_ok=True)
+            private.make_dir(out)  # as training makes it
             self.mark("op:stage")
             reembed.stage(db, candidate, None)
             emit("intent", {"op": "model", "tag": other})
