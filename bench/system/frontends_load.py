@@ -18,10 +18,12 @@ One memory file (``NBMEMORY_HOME`` in a new folder), the bundled model, real pro
 Each actor loops until ``--seconds`` have passed: it picks search, remember or forget (``--mix``),
 runs it, records its latency (for the CLI, the whole process) and any error, then sleeps
 ``--pause`` seconds (the real model embeds every write and every query on the owner). Every write
-carries a unique token; an acknowledged write is its id and its token. At the end every process
-is stopped cleanly (clients first, the owner last), the file is opened here and checked: each
-acknowledged write present exactly once under its id (an exact match on the chunks' text), each
-acknowledged forget forgotten, ``doctor`` ok. Latencies are wall-clock on a machine other work
+carries a unique token; an acknowledged write is its id and its token. A share of the searches
+(``--recheck``) look for the text of a recent write of any actor, which the memory promises the
+very next search finds, whichever process wrote it. At the end every process is stopped cleanly
+(clients first, the owner last), the file is opened here and checked: each acknowledged write
+present exactly once under its id (an exact match on the chunks' text), each acknowledged forget
+forgotten, ``doctor`` ok. Latencies are wall-clock on a machine other work
 shares: the load average is sampled throughout and reported with them.
 """
 
@@ -78,11 +80,34 @@ class Record:
     forgotten: list[int] = field(default_factory=list)
     #: every forget sent, answered or not
     forget_tried: list[int] = field(default_factory=list)
+    #: searches for another acknowledged write's text, and those that did not find it
+    read_checks: int = 0
+    read_misses: list[str] = field(default_factory=list)
+    #: (kind, ms) of the actor's first operations, which include its front end's first-use costs
+    first_ops: list[tuple[str, float]] = field(default_factory=list)
 
     def error(self, kind: str, message: str) -> None:
         self.errors[kind] += 1
         if len(self.messages) < 20:
             self.messages.append(f"{kind}: {message}"[:500])
+
+
+class Recent:
+    """The actors' latest acknowledged writes and every forget sent, shared by their threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.writes: list[tuple[str, int, str]] = []  # (actor, id, text), the latest 50
+        self.forgets: set[int] = set()
+
+    def wrote(self, actor: str, item_id: int, text: str) -> None:
+        with self.lock:
+            self.writes = [*self.writes[-49:], (actor, item_id, text)]
+
+    def pick(self, rng: random.Random) -> tuple[str, int, str] | None:
+        with self.lock:
+            live = [w for w in self.writes if w[1] not in self.forgets]
+        return rng.choice(live) if live else None
 
 
 class OpError(Exception):
@@ -100,7 +125,8 @@ class Actor:
     def remember(self, text: str) -> int:
         raise NotImplementedError
 
-    def search(self, query: str) -> None:
+    def search(self, query: str, ids: bool = False) -> list[int]:
+        """Search as this front end's user does; the hits' ids when ``ids`` (else possibly [])."""
         raise NotImplementedError
 
     def forget(self, item_id: int) -> None:
@@ -162,10 +188,13 @@ class KernelActor(Actor):
     def remember(self, text: str) -> int:
         return _single_id(self.run(f"%remember --tag load {text}"), r"remembered #(\d+)", "%remember")
 
-    def search(self, query: str) -> None:
+    def search(self, query: str, ids: bool = False) -> list[int]:
+        if ids:
+            return [h["id"] for h in json.loads(self.run(f"%memsearch -k 10 --json {query}"))["hits"]]
         self.run(f"%memsearch -k 5 {query}")
         if not self.last_results:
             raise OpError(f"%memsearch {query!r} displayed nothing")
+        return []
 
     def forget(self, item_id: int) -> None:
         out = self.run(f"%memforget {item_id}")
@@ -204,8 +233,9 @@ class RestActor(Actor):
     def remember(self, text: str) -> int:
         return int(self.call("POST", "remember", {"text": text, "tags": ["load"]})["id"])
 
-    def search(self, query: str) -> None:
-        self.call("GET", "search?" + urllib.parse.urlencode({"q": query, "k": 5}))
+    def search(self, query: str, ids: bool = False) -> list[int]:
+        found = self.call("GET", "search?" + urllib.parse.urlencode({"q": query, "k": 10 if ids else 5}))
+        return [h["id"] for h in found["hits"]]
 
     def forget(self, item_id: int) -> None:
         forgotten = self.call("DELETE", f"items/{item_id}")["forgotten"]
@@ -230,6 +260,10 @@ class McpActor(Actor):
         client = Client(streamable_http_client(url, http_client=http))
         self.client = self.stack.enter_context(portal.wrap_async_context_manager(client))
         self.portal = portal
+        # What an agent does first; the SDK's first call also imports jsonschema to check
+        # structured output (seconds on a loaded machine, in this process, not the server's).
+        portal.call(self.client.list_tools)
+        self.tool("stats", {})
 
     def tool(self, name: str, arguments: dict[str, Any]) -> Any:
         result = self.portal.call(self.client.call_tool, name, arguments)
@@ -240,8 +274,8 @@ class McpActor(Actor):
     def remember(self, text: str) -> int:
         return int(self.tool("remember", {"text": text, "tags": ["load"]})["item"]["id"])
 
-    def search(self, query: str) -> None:
-        self.tool("search", {"query": query, "k": 5})
+    def search(self, query: str, ids: bool = False) -> list[int]:
+        return [h["id"] for h in self.tool("search", {"query": query, "k": 10 if ids else 5})["hits"]]
 
     def forget(self, item_id: int) -> None:
         forgotten = self.tool("forget", {"ids": [item_id], "dry_run": False})["forgotten"]
@@ -279,8 +313,11 @@ class CliActor(Actor):
     def remember(self, text: str) -> int:
         return _single_id(self.run("remember", text, "--tag", "load"), r"remembered #(\d+)", "remember")
 
-    def search(self, query: str) -> None:
+    def search(self, query: str, ids: bool = False) -> list[int]:
+        if ids:
+            return [h["id"] for h in json.loads(self.run("search", query, "-k", "10", "--json"))["hits"]]
         self.run("search", query, "-k", "5")
+        return []
 
     def forget(self, item_id: int) -> None:
         out = self.run("forget", str(item_id))
@@ -292,9 +329,21 @@ class CliActor(Actor):
 
 
 def drive_actor(
-    actor: Actor, record: Record, run_id: str, seed: int, end: float, pause: float, mix: dict[str, float]
+    actor: Actor,
+    record: Record,
+    recent: Recent,
+    run_id: str,
+    seed: int,
+    end: float,
+    pause: float,
+    mix: dict[str, float],
+    recheck: float,
 ) -> None:
-    """Operations until ``end``: the mix's pick, timed, then a pause."""
+    """Operations until ``end``: the mix's pick, timed, then a pause.
+
+    A ``recheck`` share of the searches look for the text of a recent acknowledged write (any
+    actor's): the memory promises that the very next search finds it, whichever process wrote it.
+    """
     rng = random.Random(seed)
     kinds, weights = list(mix), list(mix.values())
     live: list[int] = []  # this actor's acknowledged, not yet forgotten items
@@ -314,17 +363,32 @@ def drive_actor(
                 text = f"{record.actor} note {n}: {words} (ref {token})"
                 item_id = actor.remember(text)
                 record.written[token] = (item_id, text)
+                recent.wrote(record.actor, item_id, text)
                 live.append(item_id)
             elif kind == "search":
-                actor.search(" ".join(rng.choices(WORDS, k=rng.randrange(1, 5))))
+                target = recent.pick(rng) if rng.random() < recheck else None
+                if target is None:
+                    actor.search(" ".join(rng.choices(WORDS, k=rng.randrange(1, 5))))
+                else:
+                    record.read_checks += 1
+                    found = actor.search(target[2], ids=True)
+                    with recent.lock:
+                        forgotten = target[1] in recent.forgets  # since: not a miss
+                    if target[1] not in found and not forgotten:
+                        record.read_misses.append(f"#{target[1]} written by {target[0]}: got {found}")
             else:
                 item_id = live.pop(rng.randrange(len(live)))
                 record.forget_tried.append(item_id)
+                with recent.lock:
+                    recent.forgets.add(item_id)
                 actor.forget(item_id)
                 record.forgotten.append(item_id)
         except Exception as exc:  # counted and reported, never hidden
             record.error(kind, f"{type(exc).__name__}: {exc}")
-        record.latencies[kind].append(round((time.perf_counter() - started) * 1000, 1))
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        record.latencies[kind].append(ms)
+        if len(record.first_ops) < 3:
+            record.first_ops.append((kind, ms))
         time.sleep(pause)
 
 
@@ -407,6 +471,15 @@ def stop(proc: subprocess.Popen[bytes], how: Callable[[], None], timeout: float 
         return f"killed after {timeout:g} s"
 
 
+def close(actor: Actor) -> str:
+    """Close one actor; "clean" or what went wrong."""
+    try:
+        actor.close()
+        return "clean"
+    except Exception as exc:  # reported
+        return f"{type(exc).__name__}: {exc}"[:300]
+
+
 # -- the check at the end ---------------------------------------------------------------------
 
 
@@ -472,6 +545,7 @@ def dist(values: list[float]) -> dict[str, Any]:
         "p50_ms": pct(values, 0.5),
         "p95_ms": pct(values, 0.95),
         "p99_ms": pct(values, 0.99),
+        "max_ms": max(values) if values else None,
     }
 
 
@@ -529,7 +603,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     home, root, logs = folder / "home", folder / "root", folder / "logs"
     for path in (home, root, logs):
-        path.mkdir(exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)  # owner-only, as nbmemory keeps its home
     db = home / "memory.duckdb"
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {
@@ -556,20 +630,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     setup: dict[str, Any] = {}
     with sampling(args.sample) as load:
         t_setup = time.perf_counter()
-        # The server first: its first request opens the memory, so it owns the file.
-        server, rest = start_server(env, root, logs / "server.log")
-        setup["server_role"] = rest.call("GET", "stats")["role"]
-        # The owner loads the model on its first embedding: done before the clock starts.
-        warm = time.perf_counter()
-        rest.search("warm up")
-        setup["first_search_s"] = round(time.perf_counter() - warm, 1)
         actors: dict[str, Actor] = {}
+        server: subprocess.Popen[bytes] | None = None
         mcp_proc: subprocess.Popen[bytes] | None = None
         try:
+            # The process that opens the memory first owns the file (--owner): the server opens
+            # it on its first request, a kernel on its first magic, the CLI starts a background owner.
+            if args.owner == "kernel1":
+                actors["kernel1"] = KernelActor(env, root, logs / "kernel1.log")
+            elif args.owner == "cli":
+                setup["cli_first"] = CliActor(env, root).run("stats").strip().splitlines()[:1]
+            server, rest = start_server(env, root, logs / "server.log")
+            setup["server_role"] = rest.call("GET", "stats")["role"]
+            # The owner loads the model on its first embedding: done before the clock starts.
+            warm = time.perf_counter()
+            rest.search("warm up")
+            setup["first_search_s"] = round(time.perf_counter() - warm, 1)
             mcp_proc, mcp_url, mcp_token = start_mcp(env, root, logs / "mcp.log")
             for name in names:
                 if name.startswith("kernel"):
-                    kernel = KernelActor(env, root, logs / f"{name}.log")
+                    kernel = actors.get(name) or KernelActor(env, root, logs / f"{name}.log")
+                    assert isinstance(kernel, KernelActor)
                     setup[f"{name}_role"] = kernel.role
                     setup[f"{name}_imports"] = kernel.imports_from
                     actors[name] = kernel
@@ -584,12 +665,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 capture_output=True, text=True, env=env, cwd=root, check=True,
             ).stdout.strip()  # fmt: skip
             setup["seconds"] = round(time.perf_counter() - t_setup, 1)
-            records = [Record(name, actor.frontend) for name, actor in actors.items()]
+            records = [Record(name, actors[name].frontend) for name in names]
+            recent = Recent()
             end = time.time() + args.seconds
             threads = [
                 threading.Thread(
                     target=drive_actor,
-                    args=(actors[r.actor], r, run_id, i, end, args.pause, mix),
+                    args=(actors[r.actor], r, recent, run_id, i, end, args.pause, mix, args.recheck),
                     name=r.actor,
                 )
                 for i, r in enumerate(records)
@@ -602,21 +684,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             elapsed = time.perf_counter() - t_run
         finally:
             # Clients first, the owner last: nobody fails over to the file while it closes.
+            owner = actors.get(args.owner)
             for name, actor in actors.items():
-                if name != "server":
-                    try:
-                        actor.close()
-                        stops[name] = "clean"
-                    except Exception as exc:  # reported
-                        stops[name] = f"{type(exc).__name__}: {exc}"[:300]
+                if name != "server" and actor is not owner:
+                    stops[name] = close(actor)
             if mcp_proc is not None:
                 stops["mcp_server"] = stop(mcp_proc, mcp_proc.terminate)
-            stops["jupyter_server"] = stop(server, lambda: rest.call("POST", "/api/shutdown"), timeout=120)
-            # A background owner a CLI run may have started (none while the server serves).
-            subprocess.run(
+            if server is not None:
+                stops["jupyter_server"] = stop(
+                    server, lambda: rest.call("POST", "/api/shutdown"), timeout=120
+                )
+            if owner is not None and args.owner != "server":
+                stops[args.owner] = close(owner)
+            # The background owner of --owner cli (none otherwise: a CLI run finds the owner).
+            stopped = subprocess.run(
                 [sys.executable, "-m", "nbmemory.cli", "-q", "stop"],
-                capture_output=True, env=env, cwd=root, timeout=120,
+                capture_output=True, text=True, env=env, cwd=root, timeout=120,
             )  # fmt: skip
+            stops["nbmemory stop"] = (stopped.stdout + stopped.stderr).strip()[:300]
         store = check_store(db, records)
     tracebacks = {p.name: p.read_text(errors="replace").count("Traceback") for p in sorted(logs.iterdir())}
     result = _report(args, records, elapsed, store, load, setup, stops, tracebacks, started_at)
@@ -647,6 +732,9 @@ def _report(
             "error_messages": r.messages,
             "acknowledged_writes": len(r.written),
             "forgotten": len(r.forgotten),
+            "first_ops_ms": r.first_ops,
+            "read_checks": r.read_checks,
+            "read_misses": r.read_misses[:10],
             "latency": {k: dist(v) for k, v in r.latencies.items() if v},
         }
     frontends = sorted({r.frontend for r in records})
@@ -663,6 +751,7 @@ def _report(
         "seconds_measured": round(elapsed, 1),
         "model": "bundled all-MiniLM-L6-v2 (the default; no fake embedder)",
         "actors": [r.actor for r in records],
+        "owner": args.owner,
         "mix": args.mix,
         "pause_s": args.pause,
         "ops_total": ops,
@@ -671,6 +760,12 @@ def _report(
         "lost_writes": store["lost_writes"],
         "duplicates": store["duplicates"],
         "unforgotten": len(store["unforgotten"]),
+        "read_after_write": {
+            "checks": sum(r.read_checks for r in records),
+            "misses": sum(len(r.read_misses) for r in records),
+            "what": "searches for the text of a recent acknowledged write of any actor (k=10); a miss: "
+            "the write not among the hits",
+        },
         "doctor_ok": store["doctor_ok"],
         "latency_by_kind": {k: dist([x for r in records for x in r.latencies[k]]) for k in KINDS},
         "latency_by_frontend": by_frontend,
@@ -700,6 +795,19 @@ def main() -> None:
     parser.add_argument("--mix", default=DEFAULT_MIX, help=f"operation weights (default {DEFAULT_MIX})")
     parser.add_argument(
         "--actors", default=",".join(ACTORS), help=f"which actors run (default {','.join(ACTORS)})"
+    )
+    parser.add_argument(
+        "--recheck",
+        type=float,
+        default=0.3,
+        help="share of searches that look for a recent write's text (default 0.3)",
+    )
+    parser.add_argument(
+        "--owner",
+        choices=["server", "kernel1", "cli"],
+        default="server",
+        help="who opens the memory first and so owns the file: the Jupyter server (default), the "
+        "first kernel, or a CLI run's background owner",
     )
     parser.add_argument("--sample", type=float, default=10, help="seconds between load samples (default 10)")
     parser.add_argument("--dir", help="folder for the memory, logs and runtime files (default: a new one)")
