@@ -37,6 +37,8 @@ def test_every_front_end_on_one_memory_loses_nothing(tmp_path: Path) -> None:
     assert store["duplicates"] == 0, store["duplicate_examples"]
     assert store["wrong_ids"] == [] and store["unforgotten"] == []
     assert store["doctor_ok"], store["doctor"]
+    # A search for another front end's acknowledged write finds it.
+    assert result["read_after_write"]["misses"] == 0, [a["read_misses"] for a in result["per_actor"].values()]
     # Every front end wrote and searched, and each of its writes was checked.
     for name, actor in result["per_actor"].items():
         assert actor["ops"]["remember"] > 0 and actor["ops"]["search"] > 0, (name, actor["ops"])

@@ -80,7 +80,7 @@ class Record:
     forgotten: list[int] = field(default_factory=list)
     #: every forget sent, answered or not
     forget_tried: list[int] = field(default_factory=list)
-    #: searches for another acknowledged write's text, and those that did not find it
+    #: searches for a recent acknowledged write's text (any actor's), and those that missed it
     read_checks: int = 0
     read_misses: list[str] = field(default_factory=list)
     #: (kind, ms) of the actor's first operations, which include its front end's first-use costs
