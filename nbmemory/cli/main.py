@@ -468,11 +468,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nbmemory.config import MCP_TOKEN_FILENAME
-    from nbmemory.mcp import Policy, serve
+    from nbmemory.mcp import Policy, check_port, serve
     from nbmemory.mcp.auth import load_token
 
     if args.no_auth and (args.http is None or args.show_token):
         raise NbMemoryError("--no-auth applies to --http only (stdio needs no token)")
+    check_port(args.http)  # before a token is made for a server that will not start
     token_file = (
         Path(args.token_file) if args.token_file else _settings(args).db_path.parent / MCP_TOKEN_FILENAME
     )

@@ -4,7 +4,7 @@
 :mod:`nbmemory.mcp.server` serves them on stdio or streamable HTTP.
 """
 
-from nbmemory.mcp.server import build_server, serve
+from nbmemory.mcp.server import build_server, check_port, serve
 from nbmemory.mcp.tools import HOST, MemoryTools, Policy
 
-__all__ = ["HOST", "MemoryTools", "Policy", "build_server", "serve"]
+__all__ = ["HOST", "MemoryTools", "Policy", "build_server", "check_port", "serve"]

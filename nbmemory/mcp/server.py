@@ -114,6 +114,12 @@ def http_app(server: MCPServer, token: str | None) -> Any:
     return app if token is None else BearerAuth(app, token)
 
 
+def check_port(http_port: int | None) -> None:
+    """A :class:`ConfigError` unless ``http_port`` is None (stdio) or a TCP port."""
+    if http_port is not None and not 1 <= http_port <= 65535:
+        raise ConfigError(f"--http {http_port}: give a port between 1 and 65535")
+
+
 def serve(
     open_memory: Callable[[], ClosableMemory],
     policy: Policy,
@@ -122,8 +128,7 @@ def serve(
 ) -> None:
     """Run the server until its client goes away: on stdio, or on ``HOST:http_port/mcp``, where
     every request must carry ``Authorization: Bearer <token>`` (None: no check, ``--no-auth``)."""
-    if http_port is not None and not 1 <= http_port <= 65535:
-        raise ConfigError(f"--http {http_port}: give a port between 1 and 65535")
+    check_port(http_port)
     tools = MemoryTools(open_memory, policy)
     server = build_server(tools)
     try:
