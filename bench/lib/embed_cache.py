@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.lib.paths import REPO
+from nbmemory.embed.base import EmbedderProxy
 
 CACHE_DIR = REPO / "bench" / ".cache"
 BLOCK = 4096
@@ -176,7 +177,7 @@ def cached_vectors(
     return out
 
 
-class CachedEmbedder:
+class CachedEmbedder(EmbedderProxy):
     """Wraps a real embedder: document vectors come from the cache, queries from the model.
 
     ``name``, ``fingerprint`` and ``dim`` are the wrapped model's, so a store built through this
@@ -184,22 +185,10 @@ class CachedEmbedder:
     """
 
     def __init__(self, inner, log: Callable[[str], None] | None = None) -> None:  # type: ignore[no-untyped-def]
-        self.inner = inner
+        super().__init__(inner)
         self.log = log
         # Benchmarks set this to measure search work alone: queries found here skip the model.
         self.query_vectors: dict[str, np.ndarray] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     @property
     def device(self) -> str:

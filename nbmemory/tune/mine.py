@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nbmemory.embed.base import EmbedderProxy
 from nbmemory.errors import ConfigError
 from nbmemory.search.rrf import rrf
 from nbmemory.store.chunks import embedding_text
@@ -255,24 +256,12 @@ def embed_queries(embedder: Embedder, texts: Sequence[str], batch: int = 256) ->
     return out
 
 
-class _KnownQueries:
+class _KnownQueries(EmbedderProxy):
     """An embedder that answers precomputed queries from a table (documents: the inner one)."""
 
     def __init__(self, inner: Embedder, table: dict[str, np.ndarray]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.table = table
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     def embed_documents(self, texts: Sequence[str], progress: Any = None) -> np.ndarray:
         return self.inner.embed_documents(texts, progress)
