@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -112,11 +113,13 @@ class Retrieved:
     score_of: ScoreOf | None = None
     symbol_idf: dict[str, tuple[float, int]] = field(default_factory=dict)
 
-    @property
+    # ``ranked`` is not changed once made (``dataclasses.replace`` makes another answer), so its
+    # ids and scores are made once: fusion asks for them once per candidate.
+    @functools.cached_property
     def ids(self) -> list[int]:
         return [i for i, _ in self.ranked]
 
-    @property
+    @functools.cached_property
     def scores(self) -> dict[int, float]:
         return dict(self.ranked)
 

@@ -1,9 +1,11 @@
 """Collapse exact and near-duplicate results, keeping the best-ranked copy.
 
-Cost: linear in the words of the candidates read, plus one check (a dot product, then a
-substring test) per pair of candidates that share their rarest three-word sequence. No
-candidate is compared with every kept one: a notebook's candidates (dozens of cells of one
-file, hundreds read for ten results) made the all-pairs comparison the costliest stage.
+Cost per candidate: linear in its words (their regular-expression pass, cached per text), plus
+one matrix-vector product with the vectors of the items kept so far, plus one substring test per
+kept item at the threshold's cosine (few: containment needs both). The walk of dedup and group
+(:meth:`nbmemory.search.pipeline.SearchPipeline._walk`) keeps at most ``k`` items, so a search's
+dedup is linear in the candidates it offers. The gram index this replaced cost a dictionary entry
+per word sequence of every kept item: a notebook search's costliest stage.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 _WORD = re.compile(r"\w+")
-#: Containment is found through word sequences of this length (shorter texts use their whole).
-GRAM = 3
+#: Cosines are first compared in one matrix product, then again exactly for the pair found:
+#: the product may round differently from the pair's own dot product by ~1e-7.
+_MARGIN = 1e-4
 
 
 @functools.lru_cache(maxsize=20_000)
@@ -26,53 +29,15 @@ def words(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def _grams(tokens: Sequence[str], size: int) -> set[str]:
-    """Every run of ``size`` consecutive words of ``tokens``, as one string."""
-    return {" ".join(tokens[at : at + size]) for at in range(len(tokens) - size + 1)}
-
-
-#: A posting: the one kept item holding a key, or (only once a second one does) a list of them.
-#: Ints are not tracked by the garbage collector, lists are: a list per word sequence of every
-#: kept item made dedup the search's main source of collections (bench/search/bench_shapes.py).
-_Posting = int | list[int]
-_NONE: tuple[int, ...] = ()
-
-
-def _post(index: dict[str, _Posting], key: str, item: int) -> None:
-    held = index.get(key)
-    if held is None:
-        index[key] = item
-    elif isinstance(held, int):
-        index[key] = [held, item]
-    else:
-        held.append(item)
-
-
-def _items(held: _Posting | None) -> Sequence[int]:
-    if held is None:
-        return _NONE
-    return (held,) if isinstance(held, int) else held
-
-
 class Deduper:
     """Dedup one ranking incrementally: :meth:`offer` candidates best first; each is kept or
     reported as a duplicate of one kept before it (the rule of :func:`dedup`).
 
-    Kept items are indexed by their word sequences of :data:`GRAM` words (all their words when
-    they have fewer), so a candidate is checked only against the kept items it could contain or
-    be contained in:
-
-    - a kept item inside the candidate ends with one of the candidate's sequences (looked up
-      by its last sequence: chunks of one file share their first words, the heading path);
-    - a kept item holding the candidate holds every sequence of the candidate, so the rarest
-      of them among the kept items names all it could be. A candidate of fewer than
-      :data:`GRAM` words looks up its whole sequence among the kept items' sequences of that
-      many words, indexed only once such a candidate comes (most searches see none).
-
-    Cost per candidate: linear in its words (one sequence per word), plus one check per kept
-    item found that way. What it keeps per kept item is strings, ints and its vector, plus a
-    list only for a sequence that two kept items share: few objects for the garbage collector
-    to track (the count is tested in tests/search/test_stages.py).
+    A near duplicate needs both a cosine of at least the threshold and one text inside the
+    other, so a candidate's cosines to the kept items (one product with their stacked vectors)
+    name the few whose words are compared. What it holds per kept item is its words, its id and
+    its vector's row: no object per word sequence for the garbage collector to track (the count
+    is tested in tests/search/test_stages.py).
     """
 
     def __init__(self, threshold: float = 0.95) -> None:
@@ -83,19 +48,11 @@ class Deduper:
         self.read = 0
         self.checked = 0
         self._exact: dict[str, int] = {}
-        self._padded: dict[int, str] = {}
-        self._vec: dict[int, np.ndarray] = {}
-        self._position: dict[int, int] = {}
-        # Every sequence of GRAM words of a kept item -> the kept items holding it.
-        self._holding: dict[str, _Posting] = {}
-        # Sequences of fewer words (size -> sequence -> kept items), for the shorter candidates:
-        # built for a size when the first candidate of that many words comes.
-        self._holding_short: dict[int, dict[str, _Posting]] = {}
-        # The last sequence of a kept item (GRAM words, or all of a shorter one) -> those items.
-        # The last, not the first: chunks of one file begin alike (their heading path).
-        self._ending: dict[str, _Posting] = {}
-        # The lengths of the kept items shorter than GRAM words: their whole is their ending.
-        self._short_endings: set[int] = set()
+        # The kept items with words and a vector, in kept order: id, padded words, vector.
+        self._ids: list[int] = []
+        self._padded: list[str] = []
+        self._vecs: list[np.ndarray] = []
+        self._mat = np.empty((0, 0), dtype=np.float64)  # rows: room made as items are kept
 
     def offer(self, item: int, text: str, vec: np.ndarray | None) -> tuple[int, float] | None:
         """None when ``item`` is kept; else (the kept id it duplicates, their cosine similarity)."""
@@ -103,88 +60,48 @@ class Deduper:
         w = words(text)
         if w and w in self._exact:
             return self._exact[w], 1.0
-        if not w or vec is None:
-            # Never a near duplicate (no words or no vector), nor one to find: kept, not indexed.
-            self._keep(item, w, [], set(), None)
+        if w and vec is not None:
+            match = self._near(w, vec)
+            if match is not None:
+                return match
+        self._keep(item, w, vec)
+        return None
+
+    def _near(self, w: str, vec: np.ndarray) -> tuple[int, float] | None:
+        """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold."""
+        n = len(self._ids)
+        if not n:
             return None
-        tokens = w.split()
-        grams = _grams(tokens, min(GRAM, len(tokens)))
-        match = self._near(w, tokens, grams, vec)
-        if match is not None:
-            return match
-        self._keep(item, w, tokens, grams, vec)
-        return None
-
-    def _near(self, w: str, tokens: list[str], grams: set[str], vec: np.ndarray) -> tuple[int, float] | None:
-        """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold.
-
-        ``grams``: the candidate's sequences of min(GRAM, its length) words.
-        """
-        found: set[int] = set()
-        # Kept items held by the candidate end with one of its sequences: of GRAM words, or of
-        # the length of a shorter kept item.
-        ending = self._ending
-        size = len(tokens)
-        for length in self._short_endings:
-            if length < min(GRAM, size):
-                for gram in _grams(tokens, length):
-                    if gram in ending:
-                        found.update(_items(ending[gram]))
-        for gram in grams:
-            if gram in ending:
-                found.update(_items(ending[gram]))
-        # Kept items holding the candidate hold every one of its sequences.
-        holding = self._holding if size >= GRAM else self._short(size)
-        rarest: Sequence[int] = _NONE
-        for n, gram in enumerate(grams):
-            held = _items(holding.get(gram))
-            if not held:
-                rarest = _NONE
-                break
-            if n == 0 or len(held) < len(rarest):
-                rarest = held
-        found.update(rarest)
+        sims = self._mat[:n] @ np.asarray(vec, dtype=np.float64)
         padded = f" {w} "
-        for j in sorted(found, key=self._position.__getitem__):
-            other = self._padded[j]
-            vj = self._vec.get(j)
+        for at in np.flatnonzero(sims >= self.threshold - _MARGIN).tolist():
+            other = self._padded[at]
             self.checked += 1
-            if vj is None or (padded not in other and other not in padded):
+            if padded not in other and other not in padded:
                 continue
-            sim = float(vj @ vec)
+            sim = float(self._vecs[at] @ vec)
             if sim >= self.threshold:
-                return j, sim
+                return self._ids[at], sim
         return None
 
-    def _short(self, size: int) -> dict[str, _Posting]:
-        """The kept items' sequences of ``size`` (< GRAM) words, indexed now if not yet (once)."""
-        index = self._holding_short.get(size)
-        if index is None:
-            index = self._holding_short[size] = {}
-            for j in self._padded:  # every indexed kept item, in kept order
-                for gram in _grams(self._padded[j].split(), size):
-                    _post(index, gram, j)
-        return index
-
-    def _keep(self, item: int, w: str, tokens: list[str], grams: set[str], vec: np.ndarray | None) -> None:
-        self._position[item] = len(self.kept)
+    def _keep(self, item: int, w: str, vec: np.ndarray | None) -> None:
         self.kept.append(item)
         if not w:
             return
         self._exact[w] = item
         if vec is None:
             return  # never a near duplicate of anything: no need to find it
-        self._vec[item] = vec
-        self._padded[item] = f" {w} "
-        if len(tokens) >= GRAM:
-            for gram in grams:
-                _post(self._holding, gram, item)
-        for size, index in self._holding_short.items():
-            for gram in grams if size == len(tokens) else _grams(tokens, size):
-                _post(index, gram, item)
-        if len(tokens) < GRAM:
-            self._short_endings.add(len(tokens))
-        _post(self._ending, " ".join(tokens[-GRAM:]), item)
+        row = np.asarray(vec, dtype=np.float64)
+        n = len(self._ids)
+        if n == len(self._mat):  # room for twice as many (one memory's vectors share a length)
+            grown = np.zeros((max(16, 2 * n), len(row)), dtype=np.float64)
+            if n:
+                grown[:n] = self._mat[:n]
+            self._mat = grown
+        self._mat[n] = row
+        self._ids.append(item)
+        self._padded.append(f" {w} ")
+        self._vecs.append(vec)
 
 
 def dedup(
@@ -203,8 +120,9 @@ def dedup(
     0.89; those are different facts. No tag or metadata rule either (MemX saw a tag-signature
     rule merge distinct untagged facts and destroy recall).
 
-    Cost: linear in the words of ``ids``' texts plus one check per pair sharing their rarest
-    word sequence (:class:`Deduper`), not one per pair of candidates.
+    Cost: linear in the words of ``ids``' texts, plus one cosine per pair of an item and one
+    kept before it (a matrix product per item, :class:`Deduper`); the MMR path calls it over
+    the bounded fused pool, whose pairs MMR itself compares.
 
     Returns
     -------

@@ -129,6 +129,8 @@ class SearchPipeline:
         # fused pool below cuts some of those it returned.
         candidates = len({i for got in found.values() for i in got.ids})
         saturated = candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
+        if config.group and saturated and depth < MAX_GROUP_DEPTH and self._few_sources(found, k, pool_size):
+            return None, trace
         evidence, order = self._fuse(q, found, k, trace, pool_size)
         pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None)
         if config.reranker:
@@ -352,11 +354,17 @@ class SearchPipeline:
         ``k``-th group (or, without grouping, the ``k``-th item kept): what ranks below it is
         never read. Each stage's trace notes how many candidates it read (``read``).
 
-        Cost: linear in the candidates read (each one offered to the :class:`Deduper`, whose
-        cost is linear in its words, and its source looked up once); rows and vectors are read
-        for those candidates only, in batches that double (a few statements per search when
-        they come from the table). ``Hit.more`` lists a leader's other chunks among those read,
-        i.e. those ranked above the ``k``-th leader.
+        With grouping, a candidate whose source already has a leader joins that leader's group
+        and is not offered to dedup: only the candidates that could lead a group (one per source
+        read, plus the duplicates found among them) are. A notebook's search reads dozens of
+        cells of the few notebooks it shows; dedup reads about ``k``.
+
+        Cost: linear in the candidates read (each one's source looked up once; each possible
+        leader offered to the :class:`Deduper`, whose cost is linear in its words); rows are
+        read for the candidates read, texts and vectors for the possible leaders only, in
+        batches that double (a few statements per search when they come from the table).
+        ``Hit.more`` lists a leader's other chunks among those read, i.e. those ranked above the
+        ``k``-th leader, duplicates of each other included.
         """
         deduper = dedup_mod.Deduper(self.config.dedup_threshold) if dedup else None
         dropped: dict[int, tuple[int, float]] = {}
@@ -371,14 +379,22 @@ class SearchPipeline:
             head = order[read : read + batch]
             ids = [i for i, _ in head]
             started = time.perf_counter()
-            texts = pool.texts(ids) if deduper is not None else {}
-            vecs = pool.vectors(ids) if deduper is not None else {}
-            dedup_s += time.perf_counter() - started
-            started = time.perf_counter()
             rows = pool.rows(ids) if group else {}
+            sources = {i: row.source for i, row in rows.items()}
             group_s += time.perf_counter() - started
+            started = time.perf_counter()
+            # Only a candidate that could lead a group is offered to dedup: one whose source no
+            # earlier candidate leads (the others join their leader's group whatever they hold).
+            could_lead = [i for i in ids if sources.get(i) is None or sources[i] not in leader_of]
+            texts = pool.texts(could_lead) if deduper is not None else {}
+            vecs = pool.vectors(could_lead) if deduper is not None else {}
+            dedup_s += time.perf_counter() - started
             for item, score in head:
                 read += 1
+                source = sources.get(item)
+                if source is not None and source in leader_of:
+                    more[leader_of[source]].append(item)
+                    continue
                 if deduper is not None:
                     started = time.perf_counter()
                     match = deduper.offer(item, texts.get(item, ""), vecs.get(item))
@@ -386,17 +402,10 @@ class SearchPipeline:
                     if match is not None:
                         dropped[item] = match
                         continue
-                started = time.perf_counter()
-                row = rows.get(item)
-                source = row.source if group and row is not None else None
-                if source is not None and source in leader_of:
-                    more[leader_of[source]].append(item)
-                else:
-                    leaders.append((item, score))
-                    more[item] = []
-                    if source is not None:
-                        leader_of[source] = item
-                group_s += time.perf_counter() - started
+                leaders.append((item, score))
+                more[item] = []
+                if source is not None:
+                    leader_of[source] = item
                 if len(leaders) == k:
                     done = True
                     break
@@ -426,6 +435,19 @@ class SearchPipeline:
                 for other in others:
                     stage.dropped[other] = f"in the same source as #{leader}"
         return leaders, more
+
+    def _few_sources(self, found: dict[str, Retrieved], k: int, pool_size: int) -> bool:
+        """Whether the retrievers' heads (their first ``pool_size // 2`` each, which make most of
+        the fused pool) hold fewer than ``k`` sources: then the pool would too, and a pass over
+        it would end in a deeper one (cells of a few notebooks fill a notebook memory's heads).
+        Taking deeper at once skips that pass; it can only let in candidates ranked deeper.
+        Cost: one row lookup per head candidate (rows the walk reads anyway)."""
+        head = list(dict.fromkeys(i for got in found.values() for i in got.ids[: pool_size // 2]))
+        if len(head) < k:
+            return False  # too few candidates at all: deeper would find no more
+        rows = fetch_rows(self.db, head, HitRow)
+        sources = {rows[i].source if i in rows and rows[i].source else -i for i in head}
+        return len(sources) < k
 
     def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
         """Mark the tail no retriever supports: below the lowest cosine tier, matching under half

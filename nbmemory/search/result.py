@@ -3,6 +3,7 @@ made from stored rows (:func:`hydrate`), each with a snippet cut around the quer
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -103,15 +104,21 @@ class SearchResult:
         return pl.DataFrame(rows, schema=schema)
 
 
+@functools.lru_cache(maxsize=4096)
+def _short_path(source: str) -> tuple[str, str]:
+    """(file name, its last two parts): cached, an explanation names the same files search after search."""
+    path = PurePath(source)
+    return path.name, "/".join(path.parts[-2:])
+
+
 def place(row: HitRow) -> str:
     """Where a chunk is, short, for an explanation: ``git/undo.md:3-20``, ``ops/deploy.ipynb, cell 4``
     (cells count from 1), ``papers/x.pdf, page 3``, ``kernel-2.ipynb, In [5]`` or ``(remembered)``."""
     if row.source is None:
         return "(remembered)"
-    path = PurePath(row.source)
+    name, where = _short_path(row.source)
     if row.cell_index is not None and row.cell_id == f"in-{row.cell_index}":
-        return f"{path.name}, In [{row.cell_index}]"
-    where = "/".join(path.parts[-2:])
+        return f"{name}, In [{row.cell_index}]"
     if row.cell_index is not None:
         return f"{where}, cell {row.cell_index + 1}"
     if row.page is not None:

@@ -64,8 +64,9 @@ class SearchLog:
         self.flushes = 0
 
     def record(self, query: str, filters: str | None, k: int, ids: list[int], ms: float) -> None:
-        """Buffer one search; a query can hold a secret pasted by mistake, so it is stored redacted."""
-        entry = (utcnow(), redact(query).text, filters, k, ids, ms)
+        """Buffer one search; a query can hold a secret pasted by mistake, so it is stored redacted
+        (by the writer, off the search's path: a buffered query lives only in this process)."""
+        entry = (utcnow(), query, filters, k, ids, ms)
         with self._cond:
             now = time.monotonic()
             if not self._pending:
@@ -156,7 +157,10 @@ class SearchLog:
                 # reader, reads them afresh (nbmemory.search.pool.Pool.meta).
             self.db.con.executemany(
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [[log_id, *entry] for log_id, entry in zip(log_ids, pending, strict=True)],
+                [
+                    [log_id, at, redact(query).text, *rest]
+                    for log_id, (at, query, *rest) in zip(log_ids, pending, strict=True)
+                ],
             )
         self._rows_since_prune += len(pending)
         self.prune()
