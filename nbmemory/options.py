@@ -373,6 +373,8 @@ def to_jsonable(value: Any, tagged: bool = False) -> Any:
         }
     if isinstance(value, (set, tuple)):
         return list(value)
+    if isinstance(value, Mapping):  # read-only mappings (a stage's score parts, made when read)
+        return dict(value)
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     name = type(value).__name__

@@ -9,7 +9,7 @@ return counting 0 from it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
@@ -87,18 +87,47 @@ def convex_parts(
     items:
         The items to break down.
     """
-    out: dict[K, dict[str, float]] = {}
-    for item in items:
+    return _ConvexParts(lexical, chunk_cosine, cosine, alpha, base_alpha, items)  # type: ignore[return-value]
+
+
+class _ConvexParts(Mapping[K, dict[str, float]]):
+    """:func:`convex_parts`, each item's parts made when read: a search reads those of the few
+    items it shows and explains, not of every fused candidate (hundreds in a notebook memory)."""
+
+    def __init__(
+        self,
+        lexical: Mapping[K, float],
+        chunk_cosine: Mapping[K, float],
+        cosine: Mapping[K, float],
+        alpha: float,
+        base_alpha: float,
+        items: Sequence[K],
+    ) -> None:
+        self._inputs = (lexical, chunk_cosine, cosine, alpha, base_alpha)
+        self._items = dict.fromkeys(items)
+
+    def __getitem__(self, item: K) -> dict[str, float]:
+        if item not in self._items:
+            raise KeyError(item)
+        lexical, chunk_cosine, cosine, alpha, base_alpha = self._inputs
         lex = lexical.get(item, 0.0)
         raised = cosine.get(item, 0.0)
         own = chunk_cosine.get(item, raised)
-        out[item] = {
+        return {
             "bm25": (1.0 - base_alpha) * lex,
             "identifier": (base_alpha - alpha) * lex,
             "cosine": alpha * own,
             "passage": alpha * (raised - own),
         }
-    return out
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def query_mass(idf: Mapping[str, tuple[float, int]], unseen_idf: float) -> float:

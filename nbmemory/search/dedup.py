@@ -31,13 +31,16 @@ def words(text: str) -> str:
 
 class Deduper:
     """Dedup one ranking incrementally: :meth:`offer` candidates best first; each is kept or
-    reported as a duplicate of one kept before it (the rule of :func:`dedup`).
+    reported as a duplicate of one kept before it (the rule of :func:`dedup`). :meth:`add` puts
+    a candidate in the order without asking now whether it is a duplicate: that is worked out
+    (by the same rule) only if a later candidate matches it, so the answers of :meth:`offer`
+    are those an :meth:`offer` of every candidate would give.
 
     A near duplicate needs both a cosine of at least the threshold and one text inside the
-    other, so a candidate's cosines to the kept items (one product with their stacked vectors)
-    name the few whose words are compared. What it holds per kept item is its words, its id and
-    its vector's row: no object per word sequence for the garbage collector to track (the count
-    is tested in tests/search/test_stages.py).
+    other, so a candidate's cosines to the candidates before it (one product with their stacked
+    vectors) name the few whose words are compared. What it holds per candidate is its words, its
+    id and its vector's row: no object per word sequence for the garbage collector to track (the
+    count is tested in tests/search/test_stages.py).
     """
 
     def __init__(self, threshold: float = 0.95) -> None:
@@ -47,61 +50,97 @@ class Deduper:
         self.kept: list[int] = []
         self.read = 0
         self.checked = 0
-        self._exact: dict[str, int] = {}
-        # The kept items with words and a vector, in kept order: id, padded words, vector.
+        # Per candidate, in order: id, padded words, kept (None: not asked yet), vector row or -1.
         self._ids: list[int] = []
         self._padded: list[str] = []
+        self._kept: list[bool | None] = []
+        self._row: list[int] = []
+        # Words -> the candidate with exactly those words, or (once a second one comes) a list
+        # of them in order: ints are not tracked by the garbage collector, lists are.
+        self._exact: dict[str, int | list[int]] = {}
+        # The vectors of the candidates with words and a vector, in order; each row's candidate.
         self._vecs: list[np.ndarray] = []
-        self._mat = np.empty((0, 0), dtype=np.float64)  # rows: room made as items are kept
+        self._at: list[int] = []
+        self._mat = np.empty((0, 0), dtype=np.float64)  # rows: room made as candidates come
 
     def offer(self, item: int, text: str, vec: np.ndarray | None) -> tuple[int, float] | None:
         """None when ``item`` is kept; else (the kept id it duplicates, their cosine similarity)."""
+        at = self._add(item, text, vec)
+        match = self._duplicate_of(at)
+        self._kept[at] = match is None
+        if match is None:
+            self.kept.append(item)
+        return match
+
+    def add(self, item: int, text: str, vec: np.ndarray | None) -> None:
+        """Put ``item`` next in the order, unasked: whether it is kept is worked out only when a
+        later candidate matches it (a grouped search's cells below their file's leader)."""
+        self._add(item, text, vec)
+
+    def _add(self, item: int, text: str, vec: np.ndarray | None) -> int:
         self.read += 1
+        at = len(self._ids)
         w = words(text)
-        if w and w in self._exact:
-            return self._exact[w], 1.0
-        if w and vec is not None:
-            match = self._near(w, vec)
-            if match is not None:
-                return match
-        self._keep(item, w, vec)
-        return None
-
-    def _near(self, w: str, vec: np.ndarray) -> tuple[int, float] | None:
-        """The first kept item (in kept order) that holds ``w`` or is held by it, at cosine >= threshold."""
-        n = len(self._ids)
-        if not n:
-            return None
-        sims = self._mat[:n] @ np.asarray(vec, dtype=np.float64)
-        padded = f" {w} "
-        for at in np.flatnonzero(sims >= self.threshold - _MARGIN).tolist():
-            other = self._padded[at]
-            self.checked += 1
-            if padded not in other and other not in padded:
-                continue
-            sim = float(self._vecs[at] @ vec)
-            if sim >= self.threshold:
-                return self._ids[at], sim
-        return None
-
-    def _keep(self, item: int, w: str, vec: np.ndarray | None) -> None:
-        self.kept.append(item)
-        if not w:
-            return
-        self._exact[w] = item
-        if vec is None:
-            return  # never a near duplicate of anything: no need to find it
+        self._ids.append(item)
+        self._padded.append(f" {w} " if w else "")
+        self._kept.append(None)
+        if w:
+            same = self._exact.get(w)
+            if same is None:
+                self._exact[w] = at
+            elif isinstance(same, int):
+                self._exact[w] = [same, at]
+            else:
+                same.append(at)
+        if not w or vec is None:
+            self._row.append(-1)  # never a near duplicate (no words or no vector), nor one to find
+            return at
         row = np.asarray(vec, dtype=np.float64)
-        n = len(self._ids)
+        n = len(self._vecs)
         if n == len(self._mat):  # room for twice as many (one memory's vectors share a length)
             grown = np.zeros((max(16, 2 * n), len(row)), dtype=np.float64)
             if n:
                 grown[:n] = self._mat[:n]
             self._mat = grown
         self._mat[n] = row
-        self._ids.append(item)
-        self._padded.append(f" {w} ")
         self._vecs.append(vec)
+        self._at.append(at)
+        self._row.append(n)
+        return at
+
+    def _is_kept(self, at: int) -> bool:
+        kept = self._kept[at]
+        if kept is None:
+            kept = self._kept[at] = self._duplicate_of(at) is None
+        return kept
+
+    def _duplicate_of(self, at: int) -> tuple[int, float] | None:
+        """The first kept candidate before ``at`` with the same words, or one holding its words or
+        held by them at cosine >= threshold: (its id, their cosine); None when there is none."""
+        padded = self._padded[at]
+        if not padded:
+            return None
+        same = self._exact[padded[1:-1]]
+        for other in (same,) if isinstance(same, int) else same:
+            if other >= at:
+                break
+            if self._is_kept(other):
+                return self._ids[other], 1.0
+        row = self._row[at]
+        if row <= 0:
+            return None  # no vector, or the first one: nothing before it to be near
+        vec = self._vecs[row]
+        sims = self._mat[:row] @ self._mat[row]
+        for before in np.flatnonzero(sims >= self.threshold - _MARGIN).tolist():
+            other = self._at[before]
+            held = self._padded[other]
+            self.checked += 1
+            if padded not in held and held not in padded:
+                continue
+            sim = float(self._vecs[before] @ vec)
+            if sim >= self.threshold and self._is_kept(other):
+                return self._ids[other], sim
+        return None
 
 
 def dedup(

@@ -354,17 +354,20 @@ class SearchPipeline:
         ``k``-th group (or, without grouping, the ``k``-th item kept): what ranks below it is
         never read. Each stage's trace notes how many candidates it read (``read``).
 
-        With grouping, a candidate whose source already has a leader joins that leader's group
-        and is not offered to dedup: only the candidates that could lead a group (one per source
-        read, plus the duplicates found among them) are. A notebook's search reads dozens of
-        cells of the few notebooks it shows; dedup reads about ``k``.
+        With grouping, a candidate whose source already has a leader joins that leader's group;
+        dedup only adds it to its order (:meth:`Deduper.add`) and asks whether it duplicates an
+        earlier one only if a later candidate matches it. Only the candidates that could lead a
+        group (one per source read, plus the duplicates found among them) are checked: a
+        notebook's search reads dozens of cells of the few notebooks it shows, and checks about
+        ``k``. The leaders are those an offer of every candidate would give.
 
-        Cost: linear in the candidates read (each one's source looked up once; each possible
-        leader offered to the :class:`Deduper`, whose cost is linear in its words); rows are
-        read for the candidates read, texts and vectors for the possible leaders only, in
-        batches that double (a few statements per search when they come from the table).
-        ``Hit.more`` lists a leader's other chunks among those read, i.e. those ranked above the
-        ``k``-th leader, duplicates of each other included.
+        Cost: linear in the candidates read (each one's source looked up once, its words and
+        vector added to the :class:`Deduper`), plus one product of a possible leader's vector
+        with those read before it (about ``k`` of them: linear for a given ``k``); rows, texts
+        and vectors are read for the candidates read only, in batches that double (a few
+        statements per search when they come from the table). ``Hit.more`` lists a leader's
+        other chunks among those read, i.e. those ranked above the ``k``-th leader (those that
+        duplicate an earlier chunk included).
         """
         deduper = dedup_mod.Deduper(self.config.dedup_threshold) if dedup else None
         dropped: dict[int, tuple[int, float]] = {}
@@ -383,16 +386,19 @@ class SearchPipeline:
             sources = {i: row.source for i, row in rows.items()}
             group_s += time.perf_counter() - started
             started = time.perf_counter()
-            # Only a candidate that could lead a group is offered to dedup: one whose source no
-            # earlier candidate leads (the others join their leader's group whatever they hold).
-            could_lead = [i for i in ids if sources.get(i) is None or sources[i] not in leader_of]
-            texts = pool.texts(could_lead) if deduper is not None else {}
-            vecs = pool.vectors(could_lead) if deduper is not None else {}
+            texts = pool.texts(ids) if deduper is not None else {}
+            vecs = pool.vectors(ids) if deduper is not None else {}
             dedup_s += time.perf_counter() - started
             for item, score in head:
                 read += 1
                 source = sources.get(item)
                 if source is not None and source in leader_of:
+                    # It joins its leader's group whatever it holds: not asked now whether it
+                    # duplicates an earlier candidate, only if a later one matches it.
+                    if deduper is not None:
+                        started = time.perf_counter()
+                        deduper.add(item, texts.get(item, ""), vecs.get(item))
+                        dedup_s += time.perf_counter() - started
                     more[leader_of[source]].append(item)
                     continue
                 if deduper is not None:

@@ -421,7 +421,8 @@ class HotIndex:
         at, found = self.rows_of(ids)
         if self.n:
             found &= self.has_vec[at]
-        return {int(i): self.mat[r].copy() for i, r, ok in zip(ids, at, found, strict=True) if ok}
+        block = self.mat[at[found]]  # one copy for all (rows of a new array, not of the index)
+        return dict(zip(ids[found].tolist(), block, strict=True))
 
 
 def vectors_of(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:

@@ -162,6 +162,40 @@ def test_dedup_finds_what_comparing_every_pair_finds_short_texts_included() -> N
         assert kept == _dedup_all_pairs(ids, texts, vecs, 0.99), trial
 
 
+def _leaders(ids: list[int], texts: dict[int, str], vecs: dict[int, np.ndarray], source: dict[int, int],
+             k: int, *, ask_all: bool) -> list[int]:
+    """The walk of dedup and group: one leader per source, not a duplicate of an earlier kept
+    candidate. ``ask_all``: every candidate is offered (the rule); else a candidate whose source
+    already leads is only added (what the search does)."""
+    deduper, leaders, led = Deduper(0.99), [], set()
+    for i in ids:
+        if source[i] in led and not ask_all:
+            deduper.add(i, texts[i], vecs[i])
+            continue
+        if deduper.offer(i, texts[i], vecs[i]) is None and source[i] not in led:
+            leaders.append(i)
+            led.add(source[i])
+            if len(leaders) == k:
+                break
+    return leaders
+
+
+def test_candidates_added_unasked_leave_the_leaders_an_offer_of_each_gives() -> None:
+    rng = np.random.default_rng(5)
+    vocab = ["a", "b", "c", "d"]
+    for trial in range(60):
+        texts: dict[int, str] = {}
+        for i in range(60):
+            n = int(rng.integers(0, 7))
+            texts[i] = " ".join(rng.choice(vocab, n)) if i % 4 else texts.get(i - 1, "a b c") + " d"
+        vecs = {i: unit(1.0, float(rng.uniform(0, 0.2))) for i in texts}
+        source = {i: int(rng.integers(0, 12)) for i in texts}
+        ids = list(texts)
+        assert _leaders(ids, texts, vecs, source, 8, ask_all=False) == _leaders(
+            ids, texts, vecs, source, 8, ask_all=True
+        ), trial
+
+
 def _objects_kept_by_a_deduper(cells: int) -> int:
     """Objects the garbage collector tracks that a :class:`Deduper` still holds after ``cells``
     cells of one notebook were offered (all kept: each has words of its own)."""
