@@ -239,6 +239,60 @@ def cli_section() -> str:
     return "".join(out)
 
 
+def shapes_section() -> str:
+    data = _load("search-shapes.json")
+    machine = data["machine"]
+    out = [
+        "## Search on real-shaped memories\n\n",
+        f"`bench/results/search-shapes.json`, made by `{data['command']}` ({machine['cpu_count']} cores, "
+        f"{data['embedder']}; query vectors computed beforehand, their time apart). Each shape beside the "
+        "SQLite reference given the same chunks, query by query; milliseconds.\n\n"
+        "| shape | chunks | files | load | nbmemory p50 | p95 | reference p50 | p95 | passes p50 | query embedding p50 |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n",
+    ]
+    for name, r in data["shapes"].items():
+        ours, ref = r["nbmemory_ms"]["e2e_query_vector_precomputed"], r["reference_ms"]["e2e_query_vector_precomputed"]
+        load = r.get("loadavg_at_search") or ["?"]
+        out.append(
+            f"| {name} | {r['chunks']:,} | {r['files']:,} | {load[0]} | {_ms(ours['p50'])} | {_ms(ours['p95'])} | "
+            f"{_ms(ref['p50'])} | {_ms(ref['p95'])} | {r['read']['passes']['p50']:.0f} | "
+            f"{_ms(r['query_embedding_ms']['p50'])} |\n"
+        )
+    out.append("\nPer stage, p50 / p95 (ms):\n\n| stage | " + " | ".join(data["shapes"]) + " |\n")
+    out.append("|---|" + "---|" * len(data["shapes"]) + "\n")
+    every = list(dict.fromkeys(s for r in data["shapes"].values() for s in r["nbmemory_ms"]["stages_p50"]))
+    for stage in every:
+        cells = []
+        for r in data["shapes"].values():
+            p50, p95 = r["nbmemory_ms"]["stages_p50"].get(stage), r["nbmemory_ms"]["stages_p95"].get(stage)
+            cells.append("" if p50 is None else f"{_ms(p50)} / {_ms(p95)}")
+        out.append(f"| {stage} | " + " | ".join(cells) + " |\n")
+    return "".join(out)
+
+
+def load_section() -> str:
+    out = [
+        "## Every front end at once\n\n",
+        "Made by `python -m bench.system.frontends_load --seconds 600`: two kernels (magics), the Jupyter "
+        "server (REST), the MCP server (HTTP, with its token) and the CLI on one memory with the bundled "
+        "model. Latencies in ms.\n\n"
+        "| file | owner | load (mean) | ops | errors | lost | duplicates | read-after-write misses | "
+        "search p50 | p95 | remember p95 |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    ]
+    for path in sorted(RESULTS.glob("frontends-load*.json")):
+        data = _load(path.name)
+        load = data.get("load_average", {})
+        mean = load.get("mean", load.get("mean_1m", "?")) if isinstance(load, dict) else load
+        raw = data["read_after_write"]
+        search, remember = data["latency_by_kind"]["search"], data["latency_by_kind"]["remember"]
+        out.append(
+            f"| `{path.name}` | {data['owner']} | {mean} | {data['ops_total']:,} | {data['errors_total']} | "
+            f"{data['lost_writes']} | {data['duplicates']} | {raw['misses']}/{raw['checks']} | "
+            f"{search['p50_ms']} | {search['p95_ms']} | {remember['p95_ms']} |\n"
+        )
+    return "".join(out)
+
+
 def index_section(pages: dict[str, str | bytes]) -> str:
     import altair as alt
 
@@ -341,11 +395,13 @@ def beir_section() -> str:
 def results_page(pages: dict[str, str | bytes]) -> str:
     sections: list[Callable[[], str]] = [
         lambda: search_section(pages),
+        shapes_section,
         lambda: notes_section(pages),
         beir_section,
         lambda: index_section(pages),
         live_section,
         cli_section,
+        load_section,
     ]
     body = "\n".join(section() for section in sections)
     return (
