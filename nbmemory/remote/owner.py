@@ -14,7 +14,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
@@ -27,6 +27,56 @@ from nbmemory.remote.paths import endpoint
 # Who serves a memory, as ``ping`` reports it: a CLI's background owner, ``nbmemory serve`` in a
 # terminal, or any other process that opened it (a kernel, the Jupyter server, a script).
 SERVED_BY = ("background", "serve", "process")
+
+#: Operations that run alongside the others instead of one at a time: an index embeds for
+#: seconds to minutes (a live queue's slice, a first index), and a search must not wait for it.
+#: The memory keeps them apart itself: the database lock around each statement and transaction
+#: (embedding happens outside it), the model-use lock between writes and a model swap.
+ALONGSIDE = frozenset({"index"})
+
+
+class Turns:
+    """Whose turn it is in one owner: requests run one at a time under :attr:`lock`, those of
+    :data:`ALONGSIDE` beside them, counted so that closing waits for them too and idle time does
+    not start while one runs. The owner's own calls and the requests it serves share it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._cond = threading.Condition()
+        self._alongside = 0
+
+    @contextlib.contextmanager
+    def turn(self, method: str) -> Iterator[None]:
+        """Held while ``method`` runs: the lock, or a place beside it."""
+        if method not in ALONGSIDE:
+            with self.lock:
+                yield
+            return
+        with self._cond:
+            self._alongside += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alongside -= 1
+                self._cond.notify_all()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request runs now (one holding the lock, or one beside it)."""
+        if self._alongside:
+            return True
+        if self.lock.acquire(blocking=False):
+            self.lock.release()
+            return False
+        return True
+
+    def wait_alongside(self) -> None:
+        """Until no request of :data:`ALONGSIDE` runs (call with :attr:`lock` held: no new one
+        can then start, as a closed owner or memory refuses it)."""
+        with self._cond:
+            while self._alongside:
+                self._cond.wait()
 
 
 def read_key(key_path: Path) -> bytes | None:
@@ -64,19 +114,19 @@ class OwnerServer:
     Parameters
     ----------
     memory:
-        The owner's facade; requests run one at a time under ``lock``.
-    lock:
-        Shared with the owner's own local calls so the two never interleave.
+        The owner's facade; requests run one at a time, those of :data:`ALONGSIDE` beside them.
+    turns:
+        Shared with the owner's own local calls (:class:`Turns`).
     served_by:
         One of :data:`SERVED_BY`, told to whoever pings: ``nbmemory stop`` stops only the owners
         the command line started.
     """
 
-    def __init__(self, memory: Any, lock: threading.RLock, served_by: str = "process") -> None:
+    def __init__(self, memory: Any, turns: Turns, served_by: str = "process") -> None:
         if served_by not in SERVED_BY:
             raise ValueError(f"served_by must be one of {', '.join(SERVED_BY)}, not {served_by!r}")
         self.memory = memory
-        self.lock = lock
+        self.turns = turns
         self.served_by = served_by
         self.last_request = time.monotonic()
         self.address, self.key_path = endpoint(memory.path)
@@ -138,12 +188,7 @@ class OwnerServer:
 
     def idle_seconds(self) -> float:
         """Seconds since the last request ended (0 while one runs); pings do not count."""
-        if self.lock.acquire(blocking=False):
-            try:
-                return time.monotonic() - self.last_request
-            finally:
-                self.lock.release()
-        return 0.0
+        return 0.0 if self.turns.busy else time.monotonic() - self.last_request
 
     def _answer(self, request: dict[str, Any], conn: Connection) -> dict[str, Any] | None:
         method = request.get("method")
@@ -154,7 +199,7 @@ class OwnerServer:
         kwargs = dict(request.get("kwargs", {}))
         if request.get("progress"):
             kwargs["progress"] = _relay(conn)
-        with self.lock:
+        with self.turns.turn(str(method)):
             # A request that arrives while the owner shuts down is not answered, so the client
             # retries it with the next owner instead of getting an error from a closed file.
             if self._closed:
@@ -169,9 +214,10 @@ class OwnerServer:
         return {"ok": result}
 
     def close(self) -> None:
-        """Stop serving: wait for the request in flight, then drop every client connection."""
-        with self.lock:
+        """Stop serving: wait for the requests in flight, then drop every client connection."""
+        with self.turns.lock:
             self._closed = True
+            self.turns.wait_alongside()
         with contextlib.suppress(OSError):
             self.listener.close()
         for conn in list(self._conns):

@@ -14,7 +14,6 @@ import atexit
 import contextlib
 import inspect
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -28,10 +27,12 @@ from nbmemory.config import Settings
 from nbmemory.errors import NbMemoryError, StoreLockedError
 from nbmemory.progress import fitted
 from nbmemory.remote import wire
-from nbmemory.remote.owner import OwnerServer, try_connect
+from nbmemory.remote.owner import ALONGSIDE, OwnerServer, Turns, try_connect
 
 # Writes that are safe to retry once the request key is attached.
 _KEYED = {"remember", "remember_many"}
+#: What :meth:`SharedMemory._beside` answers when the operation must go the usual way.
+_AGAIN = object()
 FAILOVER_SECONDS = 60.0
 
 
@@ -69,7 +70,8 @@ class SharedMemory(MemoryAPI):
         self._allow_owner = allow_owner
         self._start_owner = start_owner
         self._served_by = served_by
-        self._lock = threading.RLock()
+        self._turns = Turns()
+        self._lock = self._turns.lock
         self._local: Any = None
         self._server: OwnerServer | None = None
         self._conn: Connection | None = None
@@ -115,7 +117,7 @@ class SharedMemory(MemoryAPI):
                     local = None  # someone else won the race: their socket appears shortly
                 if local is not None:
                     self._local = local
-                    self._server = OwnerServer(local, self._lock, self._served_by)
+                    self._server = OwnerServer(local, self._turns, self._served_by)
                     return
             if time.monotonic() > deadline:
                 raise NbMemoryError(
@@ -165,6 +167,10 @@ class SharedMemory(MemoryAPI):
             raise NbMemoryError("this memory connection is closed")
         if method in _KEYED and kwargs.get("request_key") is None:
             kwargs["request_key"] = uuid.uuid4().hex
+        if method in ALONGSIDE:
+            beside = self._beside(method, args, kwargs, plain, progress)
+            if beside is not _AGAIN:
+                return beside
         deadline = time.monotonic() + FAILOVER_SECONDS
         request: bytes | None = None
         # One request at a time per process, owner or client: the connection carries one
@@ -197,11 +203,54 @@ class SharedMemory(MemoryAPI):
                     wire.raise_error(reply["error"])
                 return reply["ok"]
 
-    def _receive(self, plain: Collection[str], progress: Callable[..., None] | None) -> Any:
-        assert self._conn is not None
+    def _beside(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        plain: Collection[str],
+        progress: Callable[..., None] | None,
+    ) -> Any:
+        """Run an operation of :data:`~nbmemory.remote.owner.ALONGSIDE` beside this process's
+        other calls: in the local memory when this process owns it, else over a connection of its
+        own. :data:`_AGAIN` when it could not start or its owner went away: the caller then sends
+        it the usual way, which finds the next owner (an index run again re-embeds nothing
+        already stored)."""
+        if self._closed:
+            raise NbMemoryError("this memory connection is closed")
+        local = self._local
+        if local is not None:
+            with self._turns.turn(method):
+                if self._closed:
+                    raise NbMemoryError("this memory connection is closed")
+                if progress is not None:
+                    kwargs = {**kwargs, "progress": progress}
+                return getattr(local, method)(*args, **kwargs)
+        conn = try_connect(self.path)
+        if conn is None:
+            return _AGAIN
+        try:
+            message = {"method": method, "args": args, "kwargs": kwargs}
+            conn.send_bytes(wire.dumps({**message, "progress": True} if progress else message))
+            reply = self._receive(plain, progress, conn)
+        except (EOFError, OSError):
+            return _AGAIN
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+        if "error" in reply:
+            wire.raise_error(reply["error"])
+        return reply["ok"]
+
+    def _receive(
+        self, plain: Collection[str], progress: Callable[..., None] | None, conn: Connection | None = None
+    ) -> Any:
+        own = conn is None
+        conn = self._conn if conn is None else conn
+        assert conn is not None
         try:
             while True:
-                reply = wire.loads(self._conn.recv_bytes(), plain)
+                reply = wire.loads(conn.recv_bytes(), plain)
                 if "progress" not in reply:
                     return reply
                 if progress is not None:
@@ -211,7 +260,8 @@ class SharedMemory(MemoryAPI):
         except BaseException:
             # Interrupted between a request and its reply (Ctrl-C in a progress callback): the
             # reply still to come would answer the next request, so this connection is done.
-            self._drop_conn()
+            if own:
+                self._drop_conn()
             raise
 
     def _drop_conn(self) -> None:
@@ -256,6 +306,7 @@ class SharedMemory(MemoryAPI):
             self._server.close()
         if self._local is not None:
             with self._lock:
+                self._turns.wait_alongside()
                 self._local.close()
             self._local = None
 
