@@ -8,7 +8,8 @@ replaced.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 from nbmemory import long_lived
@@ -71,6 +72,14 @@ class ActiveModel:
         if not self._checked:
             self._check(embedder)
         return embedder
+
+    @contextmanager
+    def writing(self) -> Iterator[Embedder]:
+        """A write's embedder, held from its embedding to its commit: a model change re-embeds
+        first (before the write begins), and no swap comes between (:meth:`ModelUse.writing`)."""
+        self.matching()
+        with self.use.writing():
+            yield self.matching()
 
     def matching(self) -> Embedder:
         """The embedder, or a :class:`ModelMismatchError` when the file's vectors are another model's."""

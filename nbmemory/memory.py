@@ -17,14 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from nbmemory import api, live, validate
 from nbmemory.active_model import ActiveModel, ModelPolicy
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
 from nbmemory.embed.loader import load_for_store
-from nbmemory.errors import ConfigError, NotFoundError
+from nbmemory.errors import ConfigError
 from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
@@ -33,6 +31,7 @@ from nbmemory.progress import IndexMeter, fitted, index_bar
 from nbmemory.search import nearmiss, reject
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.pipeline import MAX_K, SearchPipeline
+from nbmemory.search.related import related
 from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import fts, item_rows, passages, request_keys, vectors
@@ -137,9 +136,7 @@ class Memory:
         with index_bar(self.show_progress and progress is None) as bar:
             meter = IndexMeter(fitted(progress) if progress is not None else bar, started=started)
             meter.phase("loading the model")
-            self._require_model_match()  # a model change re-embeds here, before the write begins
-            with self._model.use.writing():
-                embedder = self._require_model_match()
+            with self._model.writing() as embedder:
                 max_bytes = int(self.settings.max_file_mb * 1e6)
                 indexer = Indexer(
                     self.db, embedder, max_bytes, meter=meter, log=self._log, passages=self.settings.passages
@@ -256,9 +253,7 @@ class Memory:
         """Redact, embed and insert remembered texts in one transaction, with their request key."""
         ns = namespace or self.settings.namespace
         rows = remembered_rows(texts, ns, tags, importance, sources, headings)
-        self._require_model_match()  # a model change re-embeds here, before the write begins
-        with self._model.use.writing():
-            embedder = self._require_model_match()
+        with self._model.writing() as embedder:
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
             with self.db.transaction():
                 new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow())
@@ -316,8 +311,7 @@ class Memory:
             raise ConfigError("forget needs exactly one of: an id, query=..., path=...")
         validate.check_fields(query=query, path=path, namespace=namespace)
         if item_id is not None:
-            ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
-            item_rows.require_ids(self.db, ids)
+            ids = item_rows.require_ids(self.db, item_id)
             reason = "id"
         elif query is not None:
             ids = self.search(query, k=k, namespace=namespace, log=False).ids
@@ -337,14 +331,11 @@ class Memory:
         return ids if count else []
 
     def restore(self, item_id: int | Iterable[int]) -> list[int]:
-        ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
-        item_rows.require_ids(self.db, ids)
+        ids = item_rows.require_ids(self.db, item_id)
         rows = chunk_rows.forgotten(self.db, ids)
         if not rows:
             return []
-        self._require_model_match()  # a model change re-embeds here, before the write begins
-        with self._model.use.writing():
-            embedder = self._require_model_match()
+        with self._model.writing() as embedder:
             # soft_delete dropped their vectors: the text row is all that was kept.
             vecs = embedder.embed_documents([chunk_rows.embedding_text(h, t) for _, h, t, _, _ in rows])
             with self.db.transaction():
@@ -363,23 +354,8 @@ class Memory:
         return item_rows.links(self.db, item_id)
 
     def related(self, item_id: int, k: int = 5, *, namespace: str | None = None) -> list[Hit]:
-        embedder = self._require_model_match()
-        item = self.get(item_id, touch=False)
-        vec = vectors.get(self.db, [item.id]).get(item.id)
-        if vec is None:
-            raise NotFoundError(f"item {item_id} has no vector: run `nbmemory doctor --repair`")
-        ids, sims = vectors.neighbours(self.db, item.id, vec, k, namespace)
-        linked = [r["dst"] if r["src"] == item.id else r["src"] for r in self.links(item.id)]
-        ids += [i for i in linked if i not in ids]
-        pipeline = SearchPipeline(self.db, embedder, self.pipeline_config)
-        hits = pipeline.hydrate(
-            [(i, sims.get(i, 0.0)) for i in ids],
-            item.text,
-            {"vector": {i: r for r, i in enumerate(ids, 1)}},
-            {"vector": sims},
-        )
-        # Linked items keep their own namespace: drop those outside the one asked for.
-        return [h for h in hits if namespace is None or h.namespace == namespace]
+        self._require_model_match()
+        return related(self.db, self.get(item_id, touch=False), k, namespace)
 
     # -- search -----------------------------------------------------------------------------
     def search(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from nbmemory.errors import ConfigError
@@ -494,15 +493,3 @@ class SearchPipeline:
                 h.similarity = sims.get(h.id)
                 if thresholds is not None:
                     h.tier = thresholds.tier(None if h.similarity is None else 1.0 - h.similarity)
-
-    # -- hydration ------------------------------------------------------------------------------
-    def hydrate(
-        self,
-        ranked: Sequence[tuple[int, float]],
-        query: str,
-        ranks: Mapping[str, Mapping[int, int]],
-        scores: Mapping[str, Mapping[int, float]],
-        rows: Mapping[int, HitRow] | None = None,
-    ) -> list[Hit]:
-        """Hits for ``ranked`` in its order (:func:`nbmemory.search.result.hydrate`)."""
-        return hydrate(self.db, ranked, query, ranks, scores, rows)

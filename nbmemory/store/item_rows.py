@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,9 @@ def update(
         fts.add_delta(db, [item.id])
 
 
-def require_ids(db: Database, ids: list[int]) -> None:
-    """Raise :class:`NotFoundError` naming the ids that are not stored."""
+def require_ids(db: Database, item_id: int | Iterable[int]) -> list[int]:
+    """The ids asked for (one, or several), as a list; :class:`NotFoundError` naming those not stored."""
+    ids = [int(item_id)] if isinstance(item_id, (int, np.integer)) else [int(i) for i in item_id]
     # An id outside BIGINT cannot exist (and would fail the cast below).
     missing = set(ids) - {
         int(r[0])
@@ -72,6 +74,7 @@ def require_ids(db: Database, ids: list[int]) -> None:
     }
     if missing:
         raise NotFoundError(f"no item with id {', '.join(map(str, sorted(missing)))}")
+    return ids
 
 
 def path_pattern(path: str) -> str:

@@ -9,7 +9,7 @@ from nbmemory.memory import Memory
 from nbmemory.search.base import Query, Retriever
 from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.filters import Filters
-from nbmemory.search.pipeline import SearchPipeline
+from nbmemory.search.result import hydrate
 from nbmemory.search.trace import Trace
 from nbmemory.search.vector import VectorRetriever
 
@@ -86,15 +86,13 @@ def test_a_query_without_an_embedder_has_no_vector() -> None:
 
 
 # -- hydration -----------------------------------------------------------------------------------
-def test_hydrate_keeps_the_given_order_reads_columns_by_name_and_skips_deleted_items(
-    fake_mem: Memory, fake_embedder: FakeEmbedder
-) -> None:
+def test_hydrate_keeps_the_given_order_reads_columns_by_name_and_skips_deleted_items(fake_mem: Memory) -> None:
     a = fake_mem.remember("alpha note", tags=["x"], importance=0.9, heading="Alpha", source="a.md")
     b = fake_mem.remember("beta note")
     gone = fake_mem.remember("gamma note")
     fake_mem.forget(gone.id)
-    pipeline = SearchPipeline(fake_mem.db, fake_embedder)
-    hits = pipeline.hydrate(
+    hits = hydrate(
+        fake_mem.db,
         [(b.id, 0.5), (gone.id, 0.4), (a.id, 0.3)], "alpha", {"bm25": {a.id: 1}}, {"bm25": {a.id: 2.5}}
     )
     assert [h.id for h in hits] == [b.id, a.id]
