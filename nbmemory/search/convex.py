@@ -60,15 +60,10 @@ def convex(scores: Mapping[str, Mapping[K, float]], weights: Mapping[str, float]
     return sorted(fused.items(), key=lambda kv: (-kv[1], -best[kv[0]], order[kv[0]]))
 
 
-def convex_parts(
-    lexical: Mapping[K, float],
-    chunk_cosine: Mapping[K, float],
-    cosine: Mapping[K, float],
-    alpha: float,
-    base_alpha: float,
-    items: Sequence[K],
-) -> dict[K, dict[str, float]]:
-    """The parts of each item's convex score ``(1 - alpha) * lexical + alpha * cosine``, named.
+class ConvexParts(Mapping[K, dict[str, float]]):
+    """The parts of each item's convex score ``(1 - alpha) * lexical + alpha * cosine``, named,
+    as a mapping item -> parts whose values are made when read: a search reads those of the few
+    items it shows and explains, not of every fused candidate (hundreds in a notebook memory).
 
     ``bm25``: the keyword share at the configured weight, ``(1 - base_alpha) * lexical``;
     ``identifier``: what the identifier lean added to it, ``(base_alpha - alpha) * lexical``
@@ -87,12 +82,6 @@ def convex_parts(
     items:
         The items to break down.
     """
-    return _ConvexParts(lexical, chunk_cosine, cosine, alpha, base_alpha, items)  # type: ignore[return-value]
-
-
-class _ConvexParts(Mapping[K, dict[str, float]]):
-    """:func:`convex_parts`, each item's parts made when read: a search reads those of the few
-    items it shows and explains, not of every fused candidate (hundreds in a notebook memory)."""
 
     def __init__(
         self,
@@ -207,7 +196,7 @@ class ConvexFusion:
                 stage.notes.update(evidence=round(evidence.evidence, 3), mass=round(evidence.mass, 3))
             stage.output = [i for i, _ in fused]
             stage.scores = dict(fused)
-            stage.parts = convex_parts(
+            stage.parts = ConvexParts(  # type: ignore[assignment]  # a read-only mapping
                 lexical, chunk_cosine, cosine, alpha, config.vector_weight, stage.output
             )
             stage.detail = {

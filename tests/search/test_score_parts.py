@@ -13,7 +13,7 @@ import pytest
 from nbmemory import Memory, PipelineConfig
 from nbmemory.remote import wire
 from nbmemory.search import rerank as rerank_mod
-from nbmemory.search.convex import convex, convex_parts
+from nbmemory.search.convex import ConvexParts, convex
 from nbmemory.search.decay import ItemSignals, factor_parts, recency_factor
 from nbmemory.search.result import SearchResult
 from nbmemory.search.rrf import rrf, rrf_parts
@@ -118,7 +118,7 @@ def test_recording_the_parts_changes_no_score() -> None:
     raised = {1: 0.25, 2: 0.6, 4: 0.7}
     alpha, base = 0.8 * (1 - 0.5 * 0.6), 0.8
     fused = convex({"bm25": lexical, "vector": raised}, {"bm25": 1 - alpha, "vector": alpha})
-    parts = convex_parts(lexical, chunk, raised, alpha, base, [i for i, _ in fused])
+    parts = ConvexParts(lexical, chunk, raised, alpha, base, [i for i, _ in fused])
     assert {i: sum(p.values()) for i, p in parts.items()} == pytest.approx(dict(fused), abs=1e-12)
     assert parts[1]["passage"] == pytest.approx(alpha * 0.05) and parts[4]["bm25"] == 0.0
     assert parts[3]["identifier"] == pytest.approx((base - alpha) * 1.4)
