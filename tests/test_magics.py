@@ -23,7 +23,8 @@ from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest import indexer
 from nbmemory.jupyter.display import SearchHits
-from nbmemory.jupyter.magics import MemoryMagics, WidgetIndexJob, unsaved_cells
+from nbmemory.jupyter.index_widget import WidgetIndexJob
+from nbmemory.jupyter.magics import MemoryMagics, unsaved_cells
 from nbmemory.jupyter.notebook_context import Links, links_for
 from nbmemory.jupyter.widgets import MemoryExplorer
 from nbmemory.safety import ContextBlock

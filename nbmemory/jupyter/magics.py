@@ -4,18 +4,21 @@ Load with ``%load_ext nbmemory``. Settings are traitlets on :class:`MemoryMagics
 (``%config MemoryMagics.top_k = 20`` or ``c.MemoryMagics.top_k = 20`` in ``ipython_config.py``);
 each magic's docstring is its ``%magic?`` help. User mistakes, and every
 :class:`~nbmemory.NbMemoryError`, surface as a :class:`UsageError` (a message, no traceback).
+
+How a magic's line becomes its arguments (and the option specs the magics share) is in
+:mod:`nbmemory.jupyter.magic_lines`; the progress bar of ``%memindex`` in a notebook is
+:mod:`nbmemory.jupyter.index_widget`.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import re
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,20 +31,39 @@ from IPython.core.magic import (
     no_var_expand,
     output_can_be_silenced,
 )
-from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, argument_group, magic_arguments
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, validate
 
-from nbmemory.errors import NbMemoryError
-from nbmemory.jobs import IndexJob, TuneJob
+from nbmemory.jobs import TuneJob
 from nbmemory.jupyter.display import SearchHits
+from nbmemory.jupyter.index_widget import WidgetIndexJob
+from nbmemory.jupyter.magic_lines import (
+    _BUDGET,
+    _CONTEXT_K,
+    _CONTEXT_OPTIONS,
+    _EXPLAIN,
+    _JSON,
+    _K,
+    _QUERY_HELP,
+    _SEARCH_OPTIONS,
+    _START_KIND,
+    _START_NS,
+    _as_usage_errors,
+    _filter_arguments,
+    _ids_line,
+    _k,
+    _parse,
+    _parse_query_line,
+    _plural,
+    _split_leading_options,
+    _without_semicolon,
+    _words,
+)
 from nbmemory.options import (
     CHUNKS,
-    KINDS,
     RETRIEVERS,
     TUNE_OPTIONS,
-    Option,
-    filter_options,
     magic_options,
     owned_memory,
     pipeline_config,
@@ -51,7 +73,7 @@ from nbmemory.options import (
 from nbmemory.progress import index_bar
 
 if TYPE_CHECKING:
-    from nbmemory.api import IndexReport, SearchResult
+    from nbmemory.api import SearchResult
     from nbmemory.jupyter.notebook_context import Links
     from nbmemory.jupyter.widgets import MemoryExplorer
     from nbmemory.memory import Memory
@@ -59,268 +81,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MemoryMagics",
-    "WidgetIndexJob",
     "load_ipython_extension",
     "unload_ipython_extension",
     "unsaved_cells",
 ]
-
-# A word-internal apostrophe ("don't") is text, not the start of a quoted string.
-_APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
-# Leading "--opt value" / "--opt=value" pairs of a line whose rest is free text (%remember).
-_LEADING_OPTION = re.compile(
-    r"""\s*(--?[A-Za-z][\w-]*)(?:=(?:"[^"]*"|'[^']*'|\S+)|\s+(?:"[^"]*"|'[^']*'|\S+))"""
-)
-
-
-@contextmanager
-def _as_usage_errors() -> Iterator[None]:
-    """Turn nbmemory's own errors into UsageErrors: IPython shows the message, not a traceback."""
-    try:
-        yield
-    except NbMemoryError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _parse(magic: Callable[..., Any], line: str) -> Any:
-    """``parse_argstring``, forgiving unbalanced apostrophes in words like ``don't``."""
-    try:
-        return _unquote(parse_argstring(magic, line))
-    except ValueError:
-        pass
-    try:
-        return _unquote(parse_argstring(magic, _APOSTROPHE.sub(r"\\'", line)))
-    except ValueError as exc:
-        raise UsageError(f"{exc} in {line!r}: close the quote, or put the words in double quotes") from None
-
-
-def _unquote(args: Any) -> Any:
-    """Drop the quotes around values: IPython splits non-POSIX, so ``--ns "my notes"`` arrives as
-    ``'"my notes"'`` and would name a namespace with quotes in it."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            return value[1:-1]
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    for name, value in vars(args).items():
-        setattr(args, name, strip(value))
-    return args
-
-
-def _without_semicolon(line: str) -> str:
-    """The line without the trailing ``;`` that silences the output (IPython passes it on)."""
-    stripped = line.rstrip()
-    return stripped[:-1] if stripped.endswith(";") else line
-
-
-def _split_leading_options(line: str) -> tuple[str, str]:
-    """``"--tag ops Some text"`` -> ``("--tag ops", "Some text")``; the text is kept verbatim."""
-    pos = 0
-    while True:
-        match = _LEADING_OPTION.match(line, pos)
-        if match is None:
-            break
-        pos = match.end()
-    rest = line[pos:].strip()
-    if rest.startswith("-- "):
-        rest = rest[3:]
-    return line[:pos].strip(), rest
-
-
-# The search filters every searching magic takes, as one argument group.
-_FILTERS = filter_options(namespace_default="MemoryMagics.namespace, else all")
-_filter_arguments = magic_options(*_FILTERS, group="filters")
-_K = Option("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
-_EXPLAIN = Option("--explain", action="store_true", help="also show the ranking trace, stage by stage")
-_JSON = Option("--json", action="store_true", help="print the hits as JSON instead of a table")
-_BUDGET = Option(
-    "--budget", type=int, default=None, help="most tokens the block may take (default: MemoryMagics.context_budget)"
-)
-_CONTEXT_K = Option("-k", type=int, default=None, help="hits considered (default: MemoryMagics.top_k)")
-_START_NS = Option("--ns", help="start with this namespace selected")
-_START_KIND = Option("--kind", action="append", choices=KINDS, help="start with this kind selected (repeatable)")
-_SEARCH_OPTIONS = (_K, *_FILTERS, RETRIEVERS, CHUNKS, _EXPLAIN, _JSON)
-_CONTEXT_OPTIONS = (_BUDGET, _CONTEXT_K, *_FILTERS)
-_QUERY_HELP = (
-    "words to search for, the rest of the line verbatim (quotes optional): a pasted command with "
-    "its flags is searched as it is; options nbmemory knows are taken wherever they stand, and "
-    "everything after -- is the query"
-)
-# Actions whose option takes no value.
-_NO_VALUE = ("store_true", "store_false", "count")
-
-
-def _tokens(line: str) -> list[tuple[str, int, int]]:
-    """``(text, start, end)`` of each blank-separated token; a quote that opens a token (or a
-    value after ``=``) runs to its closing quote, blanks included; an unclosed one is a character."""
-    out = []
-    i, n = 0, len(line)
-    while i < n:
-        if line[i].isspace():
-            i += 1
-            continue
-        start = i
-        while i < n and not line[i].isspace():
-            if line[i] in "\"'" and (i == start or line[i - 1] == "="):
-                close = line.find(line[i], i + 1)
-                if close != -1:
-                    i = close + 1
-                    continue
-            i += 1
-        out.append((line[start:i], start, i))
-    return out
-
-
-def _strip_quotes(text: str) -> str:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        return text[1:-1]
-    return text
-
-
-def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Option]) -> Any:
-    """A query magic's line: the options of ``options`` wherever they stand (and before ``--``),
-    the rest of the line, verbatim, as ``args.query`` (a string).
-
-    A pasted shell command keeps its flags (``git reset --hard HEAD~``): a token is an option
-    only when it is one of the magic's own, spelled out; a query that is one quoted string loses
-    its quotes. After ``--`` everything is the query, options of the magic's own included.
-    """
-    takes_value = {flag: o.settings.get("action") not in _NO_VALUE for o in options for flag in o.flags}
-    tokens = _tokens(line)
-    argv: list[str] = []
-    runs: list[list[int]] = []  # runs of consecutive query tokens, by index
-    tail = ""
-    i = 0
-    while i < len(tokens):
-        text = tokens[i][0]
-        flag, eq, value = text.partition("=")
-        short = text[:2] if len(text) > 2 and not text.startswith("--") and text[2].isdigit() else ""
-        if text == "--":
-            tail = line[tokens[i][2] :].strip()
-            break
-        if flag in takes_value and (eq == "" or takes_value[flag]):
-            argv.append(flag)
-            if takes_value[flag]:
-                if eq:
-                    argv.append(_strip_quotes(value))
-                elif i + 1 < len(tokens):
-                    i += 1
-                    argv.append(_strip_quotes(tokens[i][0]))
-        elif short and takes_value.get(short):
-            argv += [short, text[2:]]  # -k5
-        elif runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-        i += 1
-    pieces = [line[tokens[run[0]][1] : tokens[run[-1]][2]] for run in runs] + ([tail] if tail else [])
-    query = " ".join(pieces)
-    only = _tokens(query)
-    if len(only) == 1 and not tail:
-        query = _strip_quotes(query)
-    try:
-        args = magic.parser.parse_args(argv)  # type: ignore[attr-defined]
-    except UsageError as exc:
-        raise UsageError(
-            f"{exc}. To search for text that looks like an option, put it after -- "
-            f"(%{magic.__name__} -k 5 -- {' '.join(argv) or '--flag'})"
-        ) from None
-    args.query = query
-    return args
-
-
-def _k(value: int | None, default: int) -> int:
-    k = default if value is None else value
-    if k <= 0:
-        raise UsageError(f"-k must be greater than 0, got {k}")
-    return k
-
-
-def _ids_line(ids: list[int], most: int = 20) -> str:
-    """``12, 13, 14``; past ``most`` ids, ``... and 480 more``."""
-    more = f" and {len(ids) - most} more" if len(ids) > most else ""
-    return ", ".join(map(str, ids[:most])) + more
-
-
-def _words(words: list[str] | str, what: str, example: str) -> str:
-    text = (words if isinstance(words, str) else " ".join(words)).strip()
-    if not text:
-        raise UsageError(f"no {what} given: try {example}")
-    return text
-
-
-def _plural(n: int, word: str) -> str:
-    """``1 hit``, ``3 hits``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-class WidgetIndexJob(IndexJob):
-    """An :class:`~nbmemory.jobs.IndexJob` drawn in the notebook: a progress bar of the work done,
-    a line with the phase, counts, rate and time left, a Cancel button, and the report in place
-    of the line when it ends."""
-
-    def __init__(self, paths: list[str], namespace: str | None, use_widget: bool, note: str = "") -> None:
-        super().__init__(paths, namespace, note=note, on_progress=self._draw, on_end=self._finish)
-        self._bar: Any = None
-        self.widget: Any = None
-        if use_widget:
-            import ipywidgets as widgets
-
-            self._bar = widgets.IntProgress(value=0, min=0, max=BAR_STEPS, description="starting")
-            self.label = widgets.HTML(self._line("starting"))
-            self.cancel_button = widgets.Button(description="Cancel", icon="stop", button_style="warning")
-            self.cancel_button.on_click(lambda _: self.cancel())
-            self.widget = widgets.VBox([widgets.HBox([self._bar, self.cancel_button]), self.label])
-
-    def run(self, memory: Any) -> IndexReport | None:
-        """Index in the calling thread (:meth:`IndexJob.run`), a user's mistake as a UsageError."""
-        with _as_usage_errors():
-            return super().run(memory)
-
-    def _line(self, text: str) -> str:
-        note = f"{html.escape(self.note)}<br>" if self.note else ""
-        return f"<small>{note}{html.escape(text)}</small>"
-
-    def _draw(self, job: IndexJob) -> None:
-        if self._bar is not None:
-            snap = job.snapshot
-            self._bar.value = round(BAR_STEPS * snap["fraction"])
-            self._bar.description = BAR_WORDS.get(snap["phase"], snap["phase"])
-            self.label.value = self._line(snap["text"])
-
-    def _finish(self, job: IndexJob) -> None:
-        if self.widget is None:
-            return
-        self.cancel_button.disabled = True
-        if self.report is not None:
-            self._bar.value = self._bar.max
-            self._bar.bar_style = "success"
-            self._bar.description = "done"
-            head = f"<b>{html.escape(self.snapshot['text'])}</b>\n"
-        else:
-            self._bar.bar_style = "danger" if self.error else "warning"
-            self._bar.description = "failed" if self.error else "stopped"
-            head = ""
-        # The report, once: in the widget, not printed again under it.
-        self.label.value = (
-            f"<pre style='margin:0;white-space:pre-wrap'>{head}{html.escape(self.summary())}</pre>"
-        )
-
-
-#: Steps of the notebook's progress bar, and the word beside it for each phase of a run.
-BAR_STEPS = 1000
-BAR_WORDS = {
-    "queued": "starting",
-    "opening the memory": "opening",
-    "loading the model": "loading",
-    "reading files": "reading",
-    "embedding chunks": "embedding",
-    "embedding passages": "embedding",
-    "updating the search index": "updating",
-}
 
 
 @magics_class

@@ -29,7 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from nbmemory.cli import main as cli_main
 from nbmemory.embed import FakeEmbedder
-from nbmemory.jupyter import magics
+from nbmemory.jupyter import magic_lines, magics
 from nbmemory.mcp import MemoryTools, Policy
 from nbmemory.mcp.server import build_server
 from nbmemory.remote import SharedMemory, connect
@@ -295,7 +295,7 @@ def test_magic_argument_parsing_gives_arguments_or_a_usage_error(
     # Parse only (no kernel): the entry point every %mem* magic calls first.
     count("magics parser")
     try:
-        magics._parse(magic, line)
+        magic_lines._parse(magic, line)
         outcome("magics parser", "parsed")
     except UsageError as exc:
         outcome("magics parser", "usage error")

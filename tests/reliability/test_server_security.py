@@ -536,7 +536,7 @@ def test_the_explorer_widget_escapes_every_stored_field(tmp_path: Path) -> None:
 
 
 def test_index_progress_labels_escape_file_names(tmp_path: Path) -> None:
-    from nbmemory.jupyter.magics import WidgetIndexJob
+    from nbmemory.jupyter.index_widget import WidgetIndexJob
     from nbmemory.progress import IndexMeter
 
     job = WidgetIndexJob([str(tmp_path)], None, use_widget=True, note="<b>note</b>")
