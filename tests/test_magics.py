@@ -404,6 +404,14 @@ def test_a_pasted_line_is_searched_as_typed(
     assert seen == [(query, k)]
 
 
+def test_remember_stores_the_line_as_typed(ip: InteractiveShell, fake_mem: Memory) -> None:
+    ip.user_ns["x"] = "expanded"
+    with capture_output():
+        result = ip.run_cell("%remember --tag tmpl use {x} and $x in the template")
+    assert result.error_in_exec is None, result.error_in_exec
+    assert fake_mem.get(1).text == "use {x} and $x in the template"
+
+
 def test_memexplore_takes_the_line_as_typed(ip: InteractiveShell) -> None:
     with capture_output():
         explorer = ip.run_cell("%memexplore HEAD@{1} --hard --ns work").result

@@ -326,6 +326,7 @@ class MemoryMagics(Magics):
     @argument("--ns", help="namespace (default: MemoryMagics.namespace, else 'default')")
     @argument("text", nargs="*", help="the text (line form); with %%%%remember the cell body is the text")
     @line_cell_magic
+    @no_var_expand
     def remember(self, line: str, cell: str | None = None) -> None:
         """Remember a piece of text; the very next search finds it.
 
