@@ -396,7 +396,7 @@ def test_index_time_is_the_wall_time_of_the_whole_call(
         (notes / f"n{i}.md").write_text(f"# Note {i}\n\n{prose}\n")
     # The model's load and the index update after the write take time the report must count.
     pause = 0.2
-    load, update = fake_mem._require_model_match, fake_mem._after_bulk_write
+    load, update = fake_mem._model.matching, fake_mem._after_bulk_write
 
     def slow_load() -> Any:
         time.sleep(pause)
@@ -406,7 +406,7 @@ def test_index_time_is_the_wall_time_of_the_whole_call(
         time.sleep(pause)
         update(*args)
 
-    monkeypatch.setattr(fake_mem, "_require_model_match", slow_load)
+    monkeypatch.setattr(fake_mem._model, "matching", slow_load)
     monkeypatch.setattr(fake_mem, "_after_bulk_write", slow_update)
     snapshots: list[dict[str, Any]] = []
     started = time.perf_counter()
