@@ -37,6 +37,7 @@ def test_prebuilt_extension_holds_only_what_jupyterlab_loads() -> None:
     reason="labextension/node_modules is missing: run `npm ci` in labextension/ to check the prebuilt extension",
 )
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not on PATH")
+@pytest.mark.integration  # a real build (20 s): in `make test`, not in the fast `make check`
 def test_prebuilt_extension_matches_a_fresh_build() -> None:
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(
