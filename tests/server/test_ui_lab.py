@@ -96,14 +96,27 @@ def open_search_notebook(page: Any) -> Any:
 
 
 def run_all(page: Any) -> None:
-    """Run every cell of the current notebook, picking its kernel if Lab asks which."""
-    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    """Run every cell of the current notebook, picking its kernel if Lab asks which.
+
+    Lab asks only when no kernel is chosen yet, and may ask after many seconds; a run asked for
+    before the kernel was chosen is dropped. So: ask, answer the kernel question when it comes,
+    and ask again every 15 s until the first cell is queued or run (its prompt shows ``*`` or a
+    number)."""
+    run = "() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
     select = page.locator(".jp-Dialog button", has_text="Select")
-    try:
-        select.wait_for(state="visible", timeout=5_000)
-    except sync_api.TimeoutError:
-        return
-    select.click()
+    prompt = visible_notebook(page).locator(".jp-Cell").first.locator(".jp-InputPrompt")
+    page.evaluate(run)
+    for step in range(1, 481):  # a hang guard of 2 minutes, in steps of 250 ms
+        if select.is_visible():
+            select.click()
+            select.wait_for(state="detached")
+            page.evaluate(run)
+        elif re.search(r"\[[*0-9]+\]", prompt.inner_text()):
+            return
+        elif step % 60 == 0:
+            page.evaluate(run)
+        page.wait_for_timeout(250)
+    raise AssertionError("Lab neither asked for a kernel nor ran the notebook's first cell")
 
 
 def show_sidebar_after_reload(page: Any) -> None:
@@ -206,7 +219,7 @@ def test_explorer_link_opens_in_this_lab_at_the_line(page: Any, lab: Lab) -> Non
     notebook.locator(".jp-Cell").first.wait_for(state="visible")
     run_all(page)
     link = notebook.locator(".jp-OutputArea a.nbmemory-loc[data-nbmemory-open='runbook.md']").first
-    link.wait_for(timeout=120_000)
+    link.wait_for(timeout=180_000)
     # The widget's href is a whole new Lab in a new browser tab; the click must open the file here.
     assert link.get_attribute("target") == "_blank"
     pages_before = len(page.context.pages)
