@@ -281,8 +281,7 @@ def load_section() -> str:
     ]
     for path in sorted(RESULTS.glob("frontends-load*.json")):
         data = _load(path.name)
-        load = data.get("load_average", {})
-        mean = load.get("mean", load.get("mean_1m", "?")) if isinstance(load, dict) else load
+        mean = data.get("load_average", {}).get("mean", "?")
         raw = data["read_after_write"]
         search, remember = data["latency_by_kind"]["search"], data["latency_by_kind"]["remember"]
         out.append(
