@@ -9,7 +9,8 @@ served from here once the copies are built, and through SQL until then (and when
 
 Keeping in step: only this process writes the file (DuckDB's lock). Every write path tells the
 index which chunks it wrote or deleted (:func:`note`); the next search re-reads those chunks'
-vectors and liveness and the (small) BM25 delta before it runs. A change of everything (an FTS
+vectors, liveness and BM25 delta postings before it runs (its cost follows the chunks written,
+not the delta's size). A change of everything (an FTS
 snapshot rebuild, a re-embed swap, a rolled-back transaction, which clears ``db.cache``) drops
 the copies; they are rebuilt in a background thread while searches use SQL, so no search or
 write waits for a rebuild.
@@ -50,6 +51,8 @@ class _Delta:
 
     postings: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     df: dict[str, int] = field(default_factory=dict)
+    #: The terms of each chunk in the delta: what a write of it takes out again.
+    of_chunk: dict[int, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,31 +209,71 @@ class HotIndex:
         self.post_len = post.column("len").to_numpy().astype(np.float64)
 
     def _read_delta(self, con: Any, has_delta: bool) -> None:
-        delta = _Delta()
+        self.delta = _Delta()
         if has_delta:
-            table = con.execute(
-                f"""
-                SELECT term, chunk_id,
-                       sum(CASE WHEN field = 0 THEN tf ELSE {fts.HEADING_WEIGHT} * tf END)::DOUBLE AS tf
-                FROM fts_delta GROUP BY term, chunk_id ORDER BY term, chunk_id
-                """
-            ).to_arrow_table()
-            terms = table.column("term").to_pylist()
-            rows, found = self.rows_of(table.column("chunk_id").to_numpy())
-            tfs = table.column("tf").to_numpy()
-            lengths = con.execute("SELECT chunk_id, len FROM fts_delta_docs").to_arrow_table()
-            length = np.zeros(self.n, dtype=np.float64)
-            lrows, lfound = self.rows_of(lengths.column("chunk_id").to_numpy())
-            length[lrows[lfound]] = lengths.column("len").to_numpy()[lfound]
-            start = 0
-            for end in range(1, len(terms) + 1):
-                if end == len(terms) or terms[end] != terms[start]:
-                    keep = found[start:end]
-                    at = rows[start:end][keep]
-                    delta.postings[terms[start]] = (at, tfs[start:end][keep], length[at])
-                    delta.df[terms[start]] = end - start
-                    start = end
-        self.delta = delta
+            self._add_delta(con, None)
+
+    def _add_delta(self, con: Any, chunk_ids: list[int] | None) -> None:
+        """Add the delta postings of ``chunk_ids`` (all when None) as the table holds them now.
+        Linear in the postings read."""
+        sql = (
+            f"SELECT term, chunk_id, sum(CASE WHEN field = 0 THEN tf ELSE {fts.HEADING_WEIGHT} * tf END)::DOUBLE "
+            "AS tf FROM fts_delta{where} GROUP BY term, chunk_id ORDER BY term, chunk_id"
+        )
+        lengths_sql = "SELECT chunk_id, len FROM fts_delta_docs{where}"
+        where, params = "", None
+        if chunk_ids is not None:
+            where, params = " WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
+        table = con.execute(sql.format(where=where), params).to_arrow_table()
+        if not table.num_rows:
+            return
+        terms = table.column("term").to_pylist()
+        chunks = table.column("chunk_id").to_numpy()
+        rows, found = self.rows_of(chunks)
+        tfs = table.column("tf").to_numpy()
+        lengths = con.execute(lengths_sql.format(where=where), params).to_arrow_table()
+        length = np.zeros(len(chunks), dtype=np.float64)
+        by_chunk = dict(zip(lengths.column("chunk_id").to_pylist(), lengths.column("len").to_pylist(), strict=True))
+        length[:] = [by_chunk.get(c, 0) for c in chunks.tolist()]
+        delta = self.delta
+        for term, chunk in zip(terms, chunks.tolist(), strict=True):
+            delta.of_chunk.setdefault(chunk, []).append(term)
+        start = 0
+        for end in range(1, len(terms) + 1):
+            if end == len(terms) or terms[end] != terms[start]:
+                keep = found[start:end]
+                add = (rows[start:end][keep], tfs[start:end][keep], length[start:end][keep])
+                term = terms[start]
+                held = delta.postings.get(term)
+                if held is not None:
+                    add = (
+                        np.concatenate([held[0], add[0]]),
+                        np.concatenate([held[1], add[1]]),
+                        np.concatenate([held[2], add[2]]),
+                    )
+                delta.postings[term] = add
+                delta.df[term] = delta.df.get(term, 0) + end - start
+                start = end
+
+    def _drop_delta(self, chunk_ids: list[int]) -> None:
+        """Take the delta postings of ``chunk_ids`` out (one filter per term they hold)."""
+        delta = self.delta
+        gone: dict[str, list[int]] = {}
+        for chunk in chunk_ids:
+            for term in delta.of_chunk.pop(chunk, ()):
+                gone.setdefault(term, []).append(chunk)
+        for term, chunks in gone.items():
+            left = delta.df[term] - len(chunks)
+            if left <= 0:
+                delta.postings.pop(term, None)
+                delta.df.pop(term, None)
+                continue
+            delta.df[term] = left
+            held = delta.postings.get(term)
+            if held is not None:
+                at, found = self.rows_of(np.asarray(chunks, dtype=np.int64))
+                keep = ~np.isin(held[0], at[found])
+                delta.postings[term] = (held[0][keep], held[1][keep], held[2][keep])
 
     # -- keeping in step --------------------------------------------------------------------
     def sync(self, db: Database) -> bool:
@@ -270,7 +313,10 @@ class HotIndex:
             if self.mat.shape[1] == 0 or not ok_got.all():
                 return False
             self._put_vectors(at_got, np.stack([fresh[int(i)] for i in got]))
-        self._read_delta(db.con, fts.index_exists(db) and fts.corpus_stats(db)[2] > 0)
+        # The delta: only the changed chunks' postings are read again.
+        self._drop_delta(changed.tolist())
+        if fts.index_exists(db) and fts.corpus_stats(db)[2] > 0:
+            self._add_delta(db.con, changed.tolist())
         return True
 
     def _grow(self, new_ids: np.ndarray) -> None:

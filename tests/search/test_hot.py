@@ -161,6 +161,41 @@ def test_writes_reach_the_index_without_a_rebuild(tmp_path: Path) -> None:
         assert gone not in mem.search("git bisect skip", k=50, log=False).ids
 
 
+def _delta_as_sets(index: hot.HotIndex) -> tuple[dict[str, set[tuple[int, float, float]]], dict[str, int]]:
+    postings = {
+        term: {(int(r), float(t), float(n)) for r, t, n in zip(*arrays, strict=True)}
+        for term, arrays in index.delta.postings.items()
+    }
+    return {t: p for t, p in postings.items() if p}, dict(index.delta.df)
+
+
+def test_the_delta_kept_in_step_by_writes_equals_one_read_afresh(tmp_path: Path) -> None:
+    """A search re-reads only the changed chunks' delta postings; after inserts, edits, purges
+    and forgets they are what reading the whole delta gives."""
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        mem.index(NOTES / "git")
+        index = hot.ensure(mem.db)
+        assert index is not None
+        notes = tmp_path / "notes"
+        notes.mkdir()
+        for n in range(6):
+            (notes / f"n{n}.md").write_text(f"# Note {n}\n\nzanzibar quokka {n} rebase onto main\n\nsecond part {n}\n")
+        mem.index(notes)
+        kept = mem.remember("quokka feeding schedule", tags=["zoo"])
+        mem.search("quokka", k=3, log=False)  # syncs
+        (notes / "n1.md").write_text("# Note 1\n\nwallaby now, not the other one\n")
+        (notes / "n2.md").unlink()
+        mem.index(notes)
+        mem.update(kept.id, text="quokka feeding schedule moved to the zanzibar office")
+        mem.forget(mem.search("zanzibar quokka 3", k=1, log=False).ids[0])
+        mem.search("quokka", k=3, log=False)
+        assert hot.serving(mem.db) is index and fts.corpus_stats(mem.db)[2] > 0
+        kept_in_step = _delta_as_sets(index)
+        index._read_delta(mem.db.con, True)
+        assert kept_in_step == _delta_as_sets(index)
+        assert set(fts.query_terms(mem.db, "wallaby office")) <= set(kept_in_step[0])
+
+
 def test_a_search_during_a_background_rebuild_is_served_through_sql_with_the_same_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
