@@ -105,10 +105,15 @@ class HotIndex:
         self.error: str | None = None
         self.build_ms = 0.0
         self.pending: set[int] = set()
+        #: The vectors of chunks in ``pending`` as their writer gave them (:func:`note`): a sync
+        #: takes them from here instead of reading the table.
+        self.pending_vectors: dict[int, np.ndarray] = {}
         self.ids = np.empty(0, dtype=np.int64)
         self.live = np.empty(0, dtype=bool)
         self.snapshot = np.empty(0, dtype=bool)  # scored from the FTS snapshot (seq <= watermark)
         self.mat = np.empty((0, 0), dtype=np.float32)
+        #: The matrix's buffer: ``mat`` is its first ``n`` rows; the rest are zeros for new chunks.
+        self._mat_rows = self.mat
         self.inv_norm = np.empty(0, dtype=np.float32)  # 0 where a chunk has no vector (or a zero one)
         self.has_vec = np.empty(0, dtype=bool)
         self.n = 0
@@ -132,6 +137,7 @@ class HotIndex:
         started = time.perf_counter()
         with db.lock:
             self.pending.clear()
+            self.pending_vectors.clear()
             self.rebuilds = db.rebuilds
             mark = fts.watermark(db)
             has_fts = fts.index_exists(db)
@@ -164,14 +170,14 @@ class HotIndex:
         long_lived.settle()  # the terms and rows just read: no full collection walks them again
 
     def _read_vectors(self, con: Any, has_vectors: bool) -> None:
-        self.mat = np.zeros((self.n, 0), dtype=np.float32)
+        self.mat = self._mat_rows = np.zeros((self.n, 0), dtype=np.float32)
         self.inv_norm = np.zeros(self.n, dtype=np.float32)
         self.has_vec = np.zeros(self.n, dtype=bool)
         if not has_vectors:
             return
         table = con.execute("SELECT chunk_id, vec FROM vectors").to_arrow_table()
         dim = int(table.schema.field("vec").type.list_size)
-        self.mat = np.zeros((self.n, dim), dtype=np.float32)
+        self.mat = self._mat_rows = np.zeros((self.n, dim), dtype=np.float32)
         if table.num_rows == 0 or self.n == 0:
             return
         ids = table.column("chunk_id").to_numpy()
@@ -282,9 +288,11 @@ class HotIndex:
             return True
         changed = np.array(sorted(self.pending), dtype=np.int64)
         self.pending.clear()
+        # The range lets DuckDB skip the row groups (by their min/max) that hold none of them.
         rows = db.execute(
-            "SELECT id, deleted_at IS NULL AS live, seq FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
-            [changed.tolist()],
+            "SELECT id, deleted_at IS NULL AS live, seq FROM chunks WHERE id BETWEEN ? AND ? "
+            "AND id IN (SELECT unnest(?::BIGINT[]))",
+            [int(changed[0]), int(changed[-1]), changed.tolist()],
         ).fetchall()
         state = {int(i): (bool(live), int(seq)) for i, live, seq in rows}
         new = np.array(sorted(i for i in state if i > (self.ids[-1] if self.n else -1)), dtype=np.int64)
@@ -304,7 +312,13 @@ class HotIndex:
             self.ivf.stale[at[found & (at < len(self.ivf.stale))]] = True
             if self.ivf.drift(self.n) > IVF_MAX_DRIFT:
                 return False
-        fresh = vectors_of(db, changed.tolist())
+        # A deleted or forgotten chunk has no vector: only live ones are read, those their writer
+        # gave from memory, the rest from the table.
+        live_ids = [i for i in changed.tolist() if state.get(i, (False, 0))[0]]
+        given = {i: self.pending_vectors[i] for i in live_ids if i in self.pending_vectors}
+        self.pending_vectors.clear()
+        fresh = vectors_of(db, [i for i in live_ids if i not in given])
+        fresh.update(given)
         self.inv_norm[at[found]] = 0.0  # a forgotten chunk's vector is deleted with it
         self.has_vec[at[found]] = False
         if fresh:
@@ -324,8 +338,13 @@ class HotIndex:
         self.ids = np.concatenate([self.ids, new_ids])
         self.live = np.concatenate([self.live, np.zeros(count, dtype=bool)])
         self.snapshot = np.concatenate([self.snapshot, np.zeros(count, dtype=bool)])
-        dim = self.mat.shape[1]
-        self.mat = np.concatenate([self.mat, np.zeros((count, dim), dtype=np.float32)])
+        # The matrix grows into spare rows (zeros), so a write of a few chunks does not copy it.
+        n, spare = self.n + count, self._mat_rows
+        if spare.shape[0] < n or spare.shape[1] != self.mat.shape[1]:
+            spare = np.zeros((n + n // 4 + 1024, self.mat.shape[1]), dtype=np.float32)
+            spare[: self.n] = self.mat
+            self._mat_rows = spare
+        self.mat = spare[:n]
         self.inv_norm = np.concatenate([self.inv_norm, np.zeros(count, dtype=np.float32)])
         self.has_vec = np.concatenate([self.has_vec, np.zeros(count, dtype=bool)])
         self.n = len(self.ids)
@@ -473,8 +492,13 @@ class HotIndex:
 
 def vectors_of(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
     """The stored vectors of ``chunk_ids``, read from the table (``vectors.get``)."""
+    if not chunk_ids:
+        return {}
+    # The range lets DuckDB skip the row groups (by their min/max) that hold none of them.
     rows = db.fetchall(
-        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
+        "SELECT chunk_id, vec FROM vectors WHERE chunk_id BETWEEN ? AND ? "
+        "AND chunk_id IN (SELECT unnest(?::BIGINT[]))",
+        [min(chunk_ids), max(chunk_ids), chunk_ids],
     )
     return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
 
@@ -643,13 +667,25 @@ def state(db: Database) -> str:
     return "serving" if index.ready else "building"
 
 
-def note(db: Database, chunk_ids: Iterable[int]) -> None:
-    """Chunks written or deleted (inside the writer's transaction): the next search re-reads them."""
+#: Vectors a writer's :func:`note` may leave for the next sync (about 75 MB at 384 dimensions);
+#: past it the sync reads them from the table.
+PENDING_VECTORS_MAX = 50_000
+
+
+def note(db: Database, chunk_ids: Iterable[int], vecs: np.ndarray | None = None) -> None:
+    """Chunks written or deleted (inside the writer's transaction): the next search re-reads them.
+    ``vecs``: their new vectors (one row each), which that search then need not read back."""
     ids = [int(i) for i in chunk_ids]
     db.rows_changed(ids)
     index = db.cache.get(_KEY)
     if isinstance(index, HotIndex):
         index.pending.update(ids)
+        held = index.pending_vectors
+        if vecs is not None and len(held) + len(ids) <= PENDING_VECTORS_MAX:
+            held.update(zip(ids, np.array(vecs, dtype=np.float32), strict=True))
+        else:
+            for i in ids:
+                held.pop(i, None)
 
 
 def reset(db: Database) -> None:

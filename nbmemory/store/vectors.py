@@ -212,7 +212,7 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
 
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     note_writes(db, len(chunk_ids))
-    hot.note(db, chunk_ids)
+    hot.note(db, chunk_ids, vectors)
     dim = vectors.shape[1]
     table = pa.table(
         {
