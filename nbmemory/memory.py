@@ -255,8 +255,9 @@ class Memory:
         rows = remembered_rows(texts, ns, tags, importance, sources, headings)
         with self._model.writing() as embedder:
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
+            postings = fts.postings_of(self.db, [(r.heading, r.text) for r in rows])
             with self.db.transaction():
-                new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow())
+                new_ids = chunk_rows.insert(self.db, rows, vecs, utcnow(), postings)
                 self._search_log.note_rows(
                     request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
                 )

@@ -99,6 +99,29 @@ def test_delta_postings_match_the_snapshot_for_every_script(fake_mem: Memory) ->
         }
 
 
+def test_postings_made_before_the_transaction_equal_those_made_inside_it(fake_mem: Memory) -> None:
+    """The indexer tokenizes new chunks before its transaction (``fts.postings_of``): the rows it
+    then inserts are those tokenizing the stored chunks gives, for every script."""
+    texts = [*NOTES.values(), "한국어를 배우다", "カタカナー and ひらがな", "中", "!!! ...", "x² ½ µm ﬁle"]
+    headings = ["Überschrift 标题", "", "Plain heading"]
+    ids = [fake_mem.remember(t, heading=headings[n % 3]).id for n, t in enumerate(texts)]
+    rows = fake_mem.db.fetchall(
+        "SELECT id, heading, text FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[])) ORDER BY id", [ids]
+    )
+    made = fts.postings_of(fake_mem.db, [(h, t) for _, h, t in rows])
+    before = {(ids[i], f, term, tf) for i, f, term, tf in zip(*made.to_pydict().values(), strict=True)}
+    inside = set(fake_mem.db.fetchall("SELECT * FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [ids]))
+    assert before == inside and len(inside) > 40
+    # Written from them, the delta (lengths too) is the same.
+    with fake_mem.db.transaction():
+        fake_mem.db.execute("DELETE FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [ids])
+        lengths = fake_mem.db.fetchall("SELECT * FROM fts_delta_docs ORDER BY chunk_id")
+        fake_mem.db.execute("DELETE FROM fts_delta_docs WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [ids])
+        fts.add_delta(fake_mem.db, ids, made, fresh=True)
+    assert set(fake_mem.db.fetchall("SELECT * FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [ids])) == inside
+    assert fake_mem.db.fetchall("SELECT * FROM fts_delta_docs ORDER BY chunk_id") == lengths
+
+
 def test_the_store_of_record_keeps_the_text_as_written(fake_mem: Memory, notes: dict[str, int]) -> None:
     assert fake_mem.get(notes["chinese"]).text == NOTES["chinese"]
     assert not fake_mem.db.table_exists(fts.FTS_INPUT)  # the tokenizer's input is not kept

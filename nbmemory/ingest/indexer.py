@@ -26,7 +26,7 @@ from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.redact import redact
 from nbmemory.progress import IndexMeter
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import passages, vectors
+from nbmemory.store import fts, passages, vectors
 from nbmemory.store.db import Database, utcnow
 
 if TYPE_CHECKING:
@@ -194,12 +194,14 @@ class Indexer:
 
         for root in roots:
             files.extend(walk(root, unlisted))
+        sql, params = "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?", [namespace]
+        if not any(root.is_dir() for root in roots):
+            # Files named one by one (a live batch): only theirs, not every document's.
+            sql += " AND path IN (SELECT unnest(?::VARCHAR[]))"
+            params.append([str(f) for f in files])
         known = {
             path: (doc_id, digest, mtime, size, forgotten)
-            for doc_id, path, digest, mtime, size, forgotten in self.db.fetchall(
-                "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?",
-                [namespace],
-            )
+            for doc_id, path, digest, mtime, size, forgotten in self.db.fetchall(sql, params)
         }
         with vectors.bulk_load(self.db, self._is_bulk(files, known)):
             self._index_files(files, namespace, known, report)
@@ -436,6 +438,8 @@ class Indexer:
         report.chunks_embedded += len(unique)
         report.vectors_reused += len(new_rows) - len(to_embed)
         now = utcnow()
+        # Tokenized before the transaction: searches wait for it, not for this.
+        postings = fts.postings_of(self.db, [(row.heading, row.text) for _, row in new_rows])
         with self.db.transaction():
             fresh = [plan for plan in plans if plan.doc_id is None]
             fresh_ids = chunk_rows.allocate(self.db, "doc_ids", len(fresh))
@@ -470,7 +474,7 @@ class Indexer:
                 if rows
                 else np.zeros((0, self.embedder.dim), np.float32)
             )
-            chunk_rows.insert(self.db, rows, vecs, now)
+            chunk_rows.insert(self.db, rows, vecs, now, postings)
         if self.passages:
             todo = passages.pending(
                 self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]

@@ -52,8 +52,11 @@ def allocate(db: Database, sequence: str, n: int) -> list[int]:
     return [int(r[0]) for r in db.fetchall(f"SELECT nextval('{sequence}') FROM range(?)", [n])]
 
 
-def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) -> list[int]:
-    """Insert chunks, their vectors and their FTS delta postings (caller holds a transaction)."""
+def insert(
+    db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime, postings: Any = None
+) -> list[int]:
+    """Insert chunks, their vectors and their FTS delta postings (caller holds a transaction).
+    ``postings``: :func:`nbmemory.store.fts.postings_of` the rows, made before the transaction."""
     if not rows:
         return []
     import pyarrow as pa
@@ -116,8 +119,8 @@ def insert(db: Database, rows: list[NewChunk], vecs: np.ndarray, now: datetime) 
         """,
         [now, now],
     )
-    vectors.put(db, ids, vecs)
-    fts.add_delta(db, ids)
+    vectors.put(db, ids, vecs, fresh=True)
+    fts.add_delta(db, ids, postings, fresh=True)
     return ids
 
 

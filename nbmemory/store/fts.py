@@ -33,7 +33,9 @@ import math
 import re
 from typing import Any
 
-from nbmemory.store.db import Database
+import numpy as np
+
+from nbmemory.store.db import CATALOG, Database
 
 # The snapshot indexes `fts_input`, so the extension names its schema after that table.
 FTS_INPUT = "fts_input"
@@ -171,35 +173,75 @@ def ensure_fresh(db: Database) -> bool:
     return False
 
 
-def add_delta(db: Database, chunk_ids: list[int]) -> None:
+def _postings_sql(source: str) -> str:
+    """SELECT (id, field, term, tf) of the rows of ``source`` (a relation with id, heading, text)."""
+    return f"""
+        SELECT id, field, stem(w, 'porter') AS term, count(*)::INTEGER AS tf
+        FROM (
+            SELECT id, 0::TINYINT AS field, unnest({FTS_SCHEMA}.tokenize({prepared("text")})) AS w
+            FROM {source}
+            UNION ALL
+            SELECT id, 1::TINYINT, unnest({FTS_SCHEMA}.tokenize({prepared("heading")}))
+            FROM {source}
+        )
+        WHERE w <> '' AND w NOT IN (SELECT sw FROM {FTS_SCHEMA}.stopwords)
+        GROUP BY ALL
+    """
+
+
+def postings_of(db: Database, texts: list[tuple[str, str]]) -> Any:
+    """The delta postings of chunks not written yet, ``(heading, text)`` each, as an Arrow table
+    ``(id, field, term, tf)`` whose ``id`` is the chunk's position in ``texts``; None before
+    the first snapshot. Computed on a cursor of its own, outside any lock, so that a writer's
+    transaction only inserts them (:func:`add_delta`)."""
+    import pyarrow as pa
+
+    if not texts or not index_exists(db):
+        return None
+    with db.lock:
+        con = db.con.cursor()
+    try:
+        con.execute(f"USE {CATALOG}")
+        source = pa.table(
+            {
+                "id": pa.array(range(len(texts)), pa.int64()),
+                "heading": pa.array([h for h, _ in texts], pa.string()),
+                "text": pa.array([t for _, t in texts], pa.string()),
+            }
+        )
+        con.register("_nbm_tokenize", source)
+        return con.execute(_postings_sql("_nbm_tokenize")).to_arrow_table()
+    finally:
+        con.close()
+
+
+def add_delta(db: Database, chunk_ids: list[int], postings: Any = None, fresh: bool = False) -> None:
     """Write delta postings for chunks just inserted or whose text changed.
 
-    Must run inside the caller's transaction, after the chunks rows are written.
+    Must run inside the caller's transaction, after the chunks rows are written. ``postings``:
+    what :func:`postings_of` gave for these chunks, in this order (else they are tokenized
+    here). ``fresh``: the ids are new, so no older postings of theirs need deleting.
     """
+    import pyarrow as pa
+
     if not chunk_ids:
         return
     if not index_exists(db):
         # The first write to a new store: a snapshot of (almost) nothing gives us the tokenizer.
         return
     db.cache.pop("fts_corpus", None)
-    db.execute("DELETE FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
-    db.execute("DELETE FROM fts_delta_docs WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
-    db.execute(
-        f"""
-        INSERT INTO fts_delta
-        SELECT id, field, stem(w, 'porter') AS term, count(*)::INTEGER AS tf
-        FROM (
-            SELECT id, 0::TINYINT AS field, unnest({FTS_SCHEMA}.tokenize({prepared("text")})) AS w
-            FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))
-            UNION ALL
-            SELECT id, 1::TINYINT, unnest({FTS_SCHEMA}.tokenize({prepared("heading")}))
-            FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))
+    if not fresh:
+        db.execute("DELETE FROM fts_delta WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
+        db.execute("DELETE FROM fts_delta_docs WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
+    if postings is None:
+        db.execute(
+            "INSERT INTO fts_delta " + _postings_sql("chunks WHERE id IN (SELECT unnest(?::BIGINT[]))"),
+            [chunk_ids, chunk_ids],
         )
-        WHERE w <> '' AND w NOT IN (SELECT sw FROM {FTS_SCHEMA}.stopwords)
-        GROUP BY ALL
-        """,
-        [chunk_ids, chunk_ids],
-    )
+    else:
+        ids = np.asarray(chunk_ids, dtype=np.int64)[postings.column("id").to_numpy()]
+        postings = postings.set_column(0, "id", pa.array(ids, pa.int64()))
+        db.with_arrow("_nbm_postings", postings, "INSERT INTO fts_delta SELECT * FROM _nbm_postings")
     # Every chunk gets a length row, 0 when it has no indexable term (only punctuation, only
     # stopwords, a script the tokenizer drops): the snapshot counts such documents too, and
     # doctor's coverage check relies on the row being there.

@@ -204,8 +204,8 @@ def compact_index(db: Database) -> None:
         rebuild_index(db)
 
 
-def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
-    """Insert or replace vectors (inside the caller's transaction)."""
+def put(db: Database, chunk_ids: list[int], vectors: np.ndarray, fresh: bool = False) -> None:
+    """Insert or replace vectors (inside the caller's transaction); ``fresh``: the ids are new."""
     if not chunk_ids:
         return
     import pyarrow as pa
@@ -220,7 +220,8 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray) -> None:
             "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
         }
     )
-    db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
+    if not fresh:
+        db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
     db.with_arrow("_nbm_new_vectors", table, "INSERT INTO vectors SELECT chunk_id, vec FROM _nbm_new_vectors")
 
 
