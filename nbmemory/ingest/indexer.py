@@ -194,7 +194,8 @@ class Indexer:
 
         for root in roots:
             files.extend(walk(root, unlisted))
-        sql, params = "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?", [namespace]
+        sql = "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?"
+        params: list[object] = [namespace]
         if not any(root.is_dir() for root in roots):
             # Files named one by one (a live batch): only theirs, not every document's.
             sql += " AND path IN (SELECT unnest(?::VARCHAR[]))"
