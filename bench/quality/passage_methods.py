@@ -1,14 +1,15 @@
 """How passage vectors are made, and what it does to ranking: windows embedded alone (the
 default), or pooled from the chunk's own forward pass ("late chunking"), on the judged notes.
 
-    python -m bench.quality.passage_methods [--methods windows,late,late-heading] [--store DB] [--out FILE]
+    python -m bench.quality.passage_methods [--methods windows,late,late-heading,late-away-0.5] [--store DB] [--out FILE]
 
 It takes the indexed store of the 1,871 notes from the evaluation cache (built on first use, as
 ``notes_compare`` builds it), and for each method copies it, makes every passage again that way,
 measures the memory's near-miss cosine again (the no-answer flag reads it), and runs both judged
 question sets with the default search. ``late-heading`` pools each window with its heading's
 tokens. Prints MRR@10, misses flagged and false flags per split, and the seconds the passages
-took; writes ``--out`` (default ``bench/results/passage-methods.json``).
+took; ``late-away-B`` moves each pooled window away from its chunk's vector, ``unit(w - B * c)``
+(pooled once for every B). Writes ``--out`` (default ``bench/results/passage-methods.json``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.lib.paths import DATA, NOTES_CORPUS, RESULTS
 from nbmemory import Memory
-from nbmemory.embed.base import EmbedderProxy
+from nbmemory.embed.base import EmbedderProxy, normalise
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
 from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store, run_notes_config
@@ -38,17 +41,37 @@ OUT = RESULTS / "passage-methods.json"
 QUESTION_SETS = [DATA / "notes-queries.jsonl", DATA / "notes-queries-fresh.jsonl"]
 
 
-class Method(EmbedderProxy):
-    """The bundled embedder, making passages one way."""
+#: Late-pooled vectors by text, so that the ``late-away-*`` methods pool once between them.
+_POOLED: dict[str, tuple[Any, Any]] = {}
 
-    def __init__(self, inner: SentenceTransformerEmbedder, pooled: bool, context: bool = False) -> None:
+
+class Method(EmbedderProxy):
+    """The bundled embedder, making passages one way. ``away``: each pooled window vector moved
+    away from its chunk's own vector, ``unit(w - away * c)`` (0: as pooled)."""
+
+    def __init__(
+        self, inner: SentenceTransformerEmbedder, pooled: bool, context: bool = False, away: float = 0.0
+    ) -> None:
         super().__init__(inner)
-        self.context = context
+        self.context, self.away = context, away
         if pooled:
             self.embed_with_spans = self._pool
 
     def _pool(self, texts: Any, spans: Any, keep: Any = None, progress: Any = None) -> Any:
-        return self.inner.embed_with_spans(texts, spans, keep, progress=progress, context=self.context)
+        if not self.away:
+            return self.inner.embed_with_spans(texts, spans, keep, progress=progress, context=self.context)
+        keep = list(keep) if keep is not None else [0] * len(texts)
+        todo = [i for i, t in enumerate(texts) if t not in _POOLED]
+        if todo:
+            docs, pooled = self.inner.embed_with_spans(
+                [texts[i] for i in todo], [spans[i] for i in todo], [keep[i] for i in todo], progress=progress
+            )
+            _POOLED.update({texts[i]: (docs[j], pooled[j]) for j, i in enumerate(todo)})
+        out = []
+        for text in texts:
+            chunk, windows = _POOLED[text]
+            out.append([None if w is None else normalise((w - self.away * chunk)[None, :])[0] for w in windows])
+        return np.stack([_POOLED[t][0] for t in texts]), out
 
     def embed_documents(self, texts: Any, progress: Any = None) -> Any:
         return self.inner.embed_documents(texts, progress=progress)
@@ -64,11 +87,14 @@ def splits_of(path: Path) -> dict[str, str]:
 
 
 def run_method(store: Path, embedder: SentenceTransformerEmbedder, name: str, work: Path) -> dict[str, Any]:
-    maker = {
-        "windows": Method(embedder, pooled=False),
-        "late": Method(embedder, pooled=True),
-        "late-heading": Method(embedder, pooled=True, context=True),
-    }[name]
+    if name.startswith("late-away-"):
+        maker = Method(embedder, pooled=True, away=float(name.removeprefix("late-away-")))
+    else:
+        maker = {
+            "windows": Method(embedder, pooled=False),
+            "late": Method(embedder, pooled=True),
+            "late-heading": Method(embedder, pooled=True, context=True),
+        }[name]
     # Pooling is used only when asked for (nbmemory.store.passages.method).
     os.environ["NBMEMORY_PASSAGE_METHOD"] = "windows" if name == "windows" else "late"
     copy = work / f"{name}.duckdb"
@@ -80,6 +106,9 @@ def run_method(store: Path, embedder: SentenceTransformerEmbedder, name: str, wo
         mem.db.passage_cache.clear()
         made = passages.fill_missing(mem.db, maker)  # type: ignore[arg-type]
         seconds = time.perf_counter() - started
+        # Else the first search finds them made another way than the embedder makes them, and
+        # makes them again (passages.upgrade), plain.
+        mem.db.set_meta("passage_method", passages.SEPARATE if name == "windows" else passages.LATE)
         # The near-miss cosine was measured with the store's passages: measure it again.
         nearmiss.forget(mem.db, embedder.fingerprint)
         nearmiss.near_miss(mem.db, embedder)
