@@ -667,9 +667,9 @@ def state(db: Database) -> str:
     return "serving" if index.ready else "building"
 
 
-#: Vectors a writer's :func:`note` may leave for the next sync (about 75 MB at 384 dimensions);
+#: Vectors a writer's :func:`note` may leave for the next sync (about 30 MB at 384 dimensions);
 #: past it the sync reads them from the table.
-PENDING_VECTORS_MAX = 50_000
+PENDING_VECTORS_MAX = 20_000
 
 
 def note(db: Database, chunk_ids: Iterable[int], vecs: np.ndarray | None = None) -> None:
