@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from nbmemory import long_lived
@@ -233,7 +235,8 @@ class HotIndex:
         table = con.execute(sql.format(where=where), params).to_arrow_table()
         if not table.num_rows:
             return
-        terms = table.column("term").to_pylist()
+        # One string object per term, shared by every posting's entry in ``of_chunk``.
+        terms = [sys.intern(t) for t in table.column("term").to_pylist()]
         chunks = table.column("chunk_id").to_numpy()
         rows, found = self.rows_of(chunks)
         tfs = table.column("tf").to_numpy()
@@ -327,10 +330,14 @@ class HotIndex:
             if self.mat.shape[1] == 0 or not ok_got.all():
                 return False
             self._put_vectors(at_got, np.stack([fresh[int(i)] for i in got]))
-        # The delta: only the changed chunks' postings are read again.
-        self._drop_delta(changed.tolist())
-        if fts.index_exists(db) and fts.corpus_stats(db)[2] > 0:
-            self._add_delta(db.con, changed.tolist())
+        # The delta: only the changed chunks' postings are read again. Should that fail half
+        # done, the copies are built again from the store (False) rather than kept short.
+        try:
+            self._drop_delta(changed.tolist())
+            if fts.index_exists(db) and fts.corpus_stats(db)[2] > 0:
+                self._add_delta(db.con, changed.tolist())
+        except duckdb.Error:
+            return False
         return True
 
     def _grow(self, new_ids: np.ndarray) -> None:

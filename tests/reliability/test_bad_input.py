@@ -451,6 +451,22 @@ def test_unreadable_files_and_folders_are_named_in_the_report(
     assert found == {str(root / "closed" / "inside.md")}
 
 
+def test_files_named_one_by_one_with_one_name_not_utf8_index_the_others(mem: Memory, tmp_path: Path) -> None:
+    """As a live batch names them: the file whose name is not UTF-8 is skipped with its reason,
+    the others are indexed (its name cannot reach the store, not even as a query parameter)."""
+    root = tmp_path / "named"
+    root.mkdir()
+    good = root / "good.md"
+    good.write_text("# Good\n\ngoodnametok text\n")
+    bad = os.fsencode(str(root)) + b"/bad-\xff.md"
+    with open(bad, "wb") as fh:
+        fh.write(b"# Bytes\n\nbadnametok\n")
+    report = mem.index(good, os.fsdecode(bad))
+    assert report.skipped == [(f"{root}/bad-\\xff.md", "file name is not valid UTF-8: rename the file to index it")]
+    assert report.files_changed == 1
+    assert mem.search("goodnametok", k=1).hits[0].source == str(good)
+
+
 def test_odd_path_names_are_indexed_found_and_forgotten(mem: Memory, tmp_path: Path) -> None:
     root = tmp_path / "odd names"
     root.mkdir()
