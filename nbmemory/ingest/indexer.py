@@ -132,15 +132,6 @@ def _file_type(mode: int) -> str:
     return "not a plain file"
 
 
-def _utf8(name: str) -> bool:
-    """Whether ``name`` encodes as UTF-8 (a file name of other bytes holds lone surrogates)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _missing(path: Path) -> str | None:
     """Why ``path``, named to be indexed, cannot be read; None when it exists."""
     try:
@@ -206,7 +197,7 @@ class Indexer:
         sql = "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?"
         params: list[object] = [namespace]
         names = [str(f) for f in files]
-        if not any(root.is_dir() for root in roots) and all(_utf8(name) for name in names):
+        if not any(root.is_dir() for root in roots) and all(shown_path(name) == name for name in names):
             # Files named one by one (a live batch): only theirs, not every document's. (A name
             # that is not UTF-8 cannot be a parameter; _plan skips that file with its reason.)
             sql += " AND path IN (SELECT unnest(?::VARCHAR[]))"

@@ -291,11 +291,9 @@ class HotIndex:
             return True
         changed = np.array(sorted(self.pending), dtype=np.int64)
         self.pending.clear()
-        # The range lets DuckDB skip the row groups (by their min/max) that hold none of them.
         rows = db.execute(
-            "SELECT id, deleted_at IS NULL AS live, seq FROM chunks WHERE id BETWEEN ? AND ? "
-            "AND id IN (SELECT unnest(?::BIGINT[]))",
-            [int(changed[0]), int(changed[-1]), changed.tolist()],
+            "SELECT id, deleted_at IS NULL AS live, seq FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
+            [changed.tolist()],
         ).fetchall()
         state = {int(i): (bool(live), int(seq)) for i, live, seq in rows}
         new = np.array(sorted(i for i in state if i > (self.ids[-1] if self.n else -1)), dtype=np.int64)
@@ -501,11 +499,8 @@ def vectors_of(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
     """The stored vectors of ``chunk_ids``, read from the table (``vectors.get``)."""
     if not chunk_ids:
         return {}
-    # The range lets DuckDB skip the row groups (by their min/max) that hold none of them.
     rows = db.fetchall(
-        "SELECT chunk_id, vec FROM vectors WHERE chunk_id BETWEEN ? AND ? "
-        "AND chunk_id IN (SELECT unnest(?::BIGINT[]))",
-        [min(chunk_ids), max(chunk_ids), chunk_ids],
+        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
     )
     return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
 
