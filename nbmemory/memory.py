@@ -355,6 +355,8 @@ class Memory:
         return item_rows.links(self.db, item_id)
 
     def related(self, item_id: int, k: int = 5, *, namespace: str | None = None) -> list[Hit]:
+        if not 0 < k <= MAX_K:
+            raise ConfigError(f"k must be between 1 and {MAX_K}, got {k}")
         self._require_model_match()
         return related(self.db, self.get(item_id, touch=False), k, namespace)
 
