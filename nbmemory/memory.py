@@ -28,7 +28,7 @@ from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
 from nbmemory.progress import IndexMeter, fitted, index_bar
-from nbmemory.search import nearmiss, reject
+from nbmemory.search import hot, nearmiss, reject
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.pipeline import MAX_K, SearchPipeline
 from nbmemory.search.related import related
@@ -436,7 +436,9 @@ class Memory:
         return stats
 
     def doctor(self, repair: bool = False) -> DoctorReport:
-        report = run_doctor(self.db, self._model.loaded, self.reembed, repair, self.settings.passages)
+        report = run_doctor(
+            self.db, self._model.loaded, self.reembed, repair, hot.describe, self.settings.passages
+        )
         if report.model_ok is not None:
             self._model.set_state(report.model_ok, None if report.model_ok else "model mismatch")
         return report

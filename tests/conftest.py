@@ -138,7 +138,7 @@ def fake_mem(tmp_path: Path, fake_embedder: FakeEmbedder, empty_store: Path) -> 
 def sql_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Searches through SQL with a persisted HNSW index (``NBMEMORY_HOT=0``), here and in child
     processes: for tests of that machinery, which the memory-resident index replaces by default."""
-    from nbmemory.store import hot
+    from nbmemory.store import vectors
 
-    monkeypatch.setattr(hot, "ENABLED", False)
+    monkeypatch.setattr(vectors, "IN_MEMORY", False)
     monkeypatch.setenv("NBMEMORY_HOT", "0")

@@ -118,10 +118,10 @@ def test_forgotten_item_is_never_returned(mem: Memory) -> None:
 
 @pytest.mark.integration
 def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, monkeypatch) -> None:
-    from nbmemory.store import hot, vectors
+    from nbmemory.store import vectors
 
     emb = FakeEmbedder(dim=32)
-    monkeypatch.setattr(hot, "ENABLED", False)  # built with the HNSW index the SQL path uses
+    monkeypatch.setattr(vectors, "IN_MEMORY", False)  # built with the HNSW index the SQL path uses
     with Memory(tmp_path / "m.duckdb", embedder=emb) as mem:
         texts = filler(5000, seed=3)
         rare = [t for i, t in enumerate(texts) if i % 100 == 7]
@@ -133,7 +133,7 @@ def test_filtered_search_returns_k_hits_when_one_percent_match(tmp_path: Path, m
         # scan for a selective filter and HNSW over-fetch (with its fallback).
         for exact_max, served in ((0, True), (vectors.EXACT_SCAN_MAX_ROWS, False), (0, False)):
             monkeypatch.setattr(vectors, "EXACT_SCAN_MAX_ROWS", exact_max)
-            monkeypatch.setattr(hot, "ENABLED", served)
+            monkeypatch.setattr(vectors, "IN_MEMORY", served)
             for query in ("tomato sauce garlic", "meteor shower midnight", "chain tension"):
                 result = mem.search(query, k=10, namespace="rare", config=PipelineConfig(depth=10))
                 assert len(result.hits) == 10, result.explain()

@@ -37,6 +37,19 @@ def test_lower_layers_never_import_the_facade() -> None:
     assert offenders == {}
 
 
+def test_the_store_never_imports_search_code() -> None:
+    # store/ holds rows, files and migrations; the indexes a search reads, the memory-resident
+    # ones included, live in search/ and hear of writes through the store (Database.chunks_written).
+    edges = import_graph.graph()
+    assert any(m.startswith("nbmemory.search.hot") for m in edges)
+    offenders = {
+        m: sorted(t for t in targets if t == "nbmemory.search" or t.startswith("nbmemory.search."))
+        for m, targets in edges.items()
+        if m == "nbmemory.store" or m.startswith("nbmemory.store.")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
 #: The serving code: what answers a search or takes a write. It never reads evaluation code or data.
 SERVING = ("nbmemory.store", "nbmemory.search", "nbmemory.ingest", "nbmemory.embed", "nbmemory.remote")
 FACADE = (

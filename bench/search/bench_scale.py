@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from nbmemory import Memory
     from nbmemory.embed.sentence import SentenceTransformerEmbedder
-    from nbmemory.store import hot
+    from nbmemory.search import hot
 
     real = SentenceTransformerEmbedder()
     cached = CachedEmbedder(real, log=log)

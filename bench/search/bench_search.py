@@ -95,7 +95,8 @@ def add_synthetic_passages(db: Any, fingerprint: str, dim: int) -> dict[str, Any
 def bench_size(n: int, real: Any, warm: list[str], measured: list[str], workdir: Path) -> dict[str, Any]:
     from nbmemory import Memory
     from nbmemory.config import Settings
-    from nbmemory.store import fts, hot, vectors
+    from nbmemory.search import hot
+    from nbmemory.store import fts, vectors
 
     out: dict[str, Any] = {"chunks": n, "queries": len(measured)}
     chunks = load_chunks(n)

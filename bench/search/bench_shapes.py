@@ -238,7 +238,7 @@ def _pct(values: list[float], q: float) -> float:
 def bench_shape(name: str, store: Path, queries: list[str], real: Any, args: argparse.Namespace,
                 workdir: Path, how: dict[str, Any] | None = None) -> dict[str, Any]:
     from nbmemory import Memory
-    from nbmemory.store import hot
+    from nbmemory.search import hot
 
     queries = queries[: args.warmup + args.queries]
     copy = workdir / f"{name}.duckdb"

@@ -45,7 +45,7 @@ def previous_cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     from nbmemory import Memory
     from nbmemory.embed.sentence import SentenceTransformerEmbedder
-    from nbmemory.store import hot
+    from nbmemory.search import hot
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10000)

@@ -41,8 +41,7 @@ def _pct(values: list[float], q: float) -> float:
 def measure(n: int, queries: int, workdir: Path) -> dict[str, object]:
     from nbmemory import Memory, PipelineConfig
     from nbmemory.embed.fake import FakeEmbedder
-    from nbmemory.search import symbols
-    from nbmemory.store import hot
+    from nbmemory.search import hot, symbols
 
     texts = [text for _, text in load_chunks(n)]
     with Memory(workdir / f"symbols-{n}.duckdb", embedder=FakeEmbedder(dim=384)) as mem:

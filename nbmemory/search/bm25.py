@@ -6,10 +6,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from nbmemory.search import symbols
+from nbmemory.search import hot, symbols
 from nbmemory.search.base import Query, Retrieved, ScoreOf
 from nbmemory.search.filters import Filters
-from nbmemory.store import fts, hot
+from nbmemory.store import fts
 from nbmemory.store.db import Database
 
 #: Results whose matched terms the trace shows.

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from nbmemory.embed.base import Embedder, normalise
-from nbmemory.store import hot, passages, vectors
+from nbmemory.search import hot
+from nbmemory.search.vector import nearest, stored
+from nbmemory.store import passages
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
 
@@ -163,11 +165,11 @@ def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
     for source in sample:
         title, first = titles[source]
         qvec = normalise(embedder.embed_query(title))
-        found, _ = vectors.search(db, qvec, DEPTH, embedder.dim)
+        found, _ = nearest(db, qvec, DEPTH, embedder.dim)
         ids = [i for i, _ in found]
         # The rows and vectors come from the copies in memory when they serve, like a search's.
         rows = fetch_rows(db, ids, CandidateRow)
-        vecs = vectors.get_many(db, [*ids, first])
+        vecs = stored(db, [*ids, first])
         if first not in vecs:
             continue
         own = normalise(vecs[first])

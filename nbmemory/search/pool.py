@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from nbmemory.search import decay
-from nbmemory.store import vectors
+from nbmemory.search.vector import stored
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
 
@@ -32,7 +32,7 @@ def cosines(db: Database, qvec: np.ndarray, ids: list[int], known: Mapping[int, 
     out = dict(known)
     missing = [i for i in ids if i not in out]
     if missing:
-        keys, unit = _unit_rows(vectors.get_many(db, missing))
+        keys, unit = _unit_rows(stored(db, missing))
         if keys:
             out.update(zip(keys, (unit @ _unit(qvec)).tolist(), strict=True))
     return out
@@ -59,7 +59,7 @@ class Pool:
         wanted = self.ids if ids is None else ids
         missing = [i for i in wanted if i not in self._vectors_read]
         if missing:
-            keys, unit = _unit_rows(vectors.get_many(self.db, missing))
+            keys, unit = _unit_rows(stored(self.db, missing))
             self._vectors.update(zip(keys, unit, strict=True))
             self._vectors_read.update(missing)
         if ids is None:

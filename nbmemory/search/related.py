@@ -5,6 +5,7 @@ from __future__ import annotations
 from nbmemory.errors import NotFoundError
 from nbmemory.items import Hit, Item
 from nbmemory.search.result import hydrate
+from nbmemory.search.vector import nearest
 from nbmemory.store import item_rows, vectors
 from nbmemory.store.db import Database
 
@@ -15,7 +16,10 @@ def related(db: Database, item: Item, k: int, namespace: str | None) -> list[Hit
     vec = vectors.get(db, [item.id]).get(item.id)
     if vec is None:
         raise NotFoundError(f"item {item.id} has no vector: run `nbmemory doctor --repair`")
-    ids, sims = vectors.neighbours(db, item.id, vec, k, namespace)
+    where = None if namespace is None else "c.namespace = ?"
+    found, _ = nearest(db, vec, k + 1, len(vec), where, [] if namespace is None else [namespace])
+    ids = [i for i, _ in found if i != item.id][:k]
+    sims = {i: 1.0 - d for i, d in found}
     linked = [r["dst"] if r["src"] == item.id else r["src"] for r in item_rows.links(db, item.id)]
     ids += [i for i in linked if i not in ids]
     hits = hydrate(

@@ -1,11 +1,15 @@
-"""Vector retrieval: nearest stored embeddings to the query's (the SQL lives in
-:mod:`nbmemory.store.vectors`: exact scan, HNSW, HNSW with a filter, or HNSW falling back to exact).
+"""Vector retrieval: nearest stored embeddings to the query's, from the memory-resident index
+(:mod:`nbmemory.search.hot`) or, until it serves, through SQL (:mod:`nbmemory.store.vectors`:
+exact scan, HNSW, HNSW with a filter, or HNSW falling back to exact).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from nbmemory.search import hot
 from nbmemory.search.base import Query, Retrieved
 from nbmemory.search.filters import Filters
 from nbmemory.store import vectors
@@ -40,10 +44,46 @@ class VectorRetriever:
         """The ``depth`` items nearest the query, scored by cosine similarity."""
         qvec = query.vector()
         where, params = filters.sql()
-        found, plan = vectors.search(
+        found, plan = nearest(
             self.db, qvec, depth, self.embedder.dim, None if filters.empty else where, params, query.memo
         )
         notes: dict[str, Any] = {"method": plan.method, "embed_ms": round(query.embed_ms, 2)}
         if plan.matching_rows is not None:
             notes["matching_rows"] = plan.matching_rows
         return Retrieved([(i, 1.0 - d) for i, d in found], notes=notes)
+
+
+def nearest(
+    db: Database,
+    query: np.ndarray,
+    limit: int,
+    dim: int,
+    where: str | None = None,
+    params: list[Any] | None = None,
+    memo: dict[Any, Any] | None = None,
+) -> tuple[list[tuple[int, float]], vectors.VectorPlan]:
+    """Top ``limit`` (chunk id, cosine distance) among live chunks matching ``where`` (a condition
+    on alias ``c``, chunks; ``None``: every live chunk), as :func:`nbmemory.store.vectors.search`
+    ranks them. ``memo``: one search's store, where the memory-resident scan is kept for a deeper
+    pass (:meth:`nbmemory.search.hot.HotIndex.nearest`)."""
+    params = params or []
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            allowed = None if where is None else index.allowed(db, where, params)
+            found = index.nearest(query, limit, allowed, memo)
+            matching = None if allowed is None else int(allowed.sum())
+            return [(i, 1.0 - sim) for i, sim in found], vectors.VectorPlan("memory", len(found), matching)
+    return vectors.search(db, query, limit, dim, where, params)
+
+
+def stored(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
+    """The stored vectors of ``chunk_ids``: from the memory-resident index when it serves, else
+    from the table (:func:`nbmemory.store.vectors.get_many`)."""
+    if not chunk_ids:
+        return {}
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            return index.vectors(chunk_ids)
+    return vectors.get_many(db, chunk_ids)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from nbmemory.store import fts, hot, vectors
+from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database
 
 
@@ -197,7 +197,7 @@ def purge(db: Database, chunk_ids: list[int]) -> None:
     if not chunk_ids:
         return
     db.cache.pop("fts_corpus", None)  # the delta's size is cached by the BM25 retriever
-    hot.note(db, chunk_ids)
+    db.chunks_written(chunk_ids)
     for table, column in (
         ("vectors", "chunk_id"),
         ("fts_delta", "chunk_id"),
@@ -229,7 +229,7 @@ def soft_delete(db: Database, chunk_ids: list[int], reason: str, now: datetime) 
     db.cache.pop("fts_corpus", None)  # the delta's size is cached by the BM25 retriever
     for table in ("vectors", "fts_delta", "fts_delta_docs"):
         db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [live])
-    hot.note(db, live)
+    db.chunks_written(live)
     return len(live)
 
 
@@ -270,5 +270,4 @@ def restore(db: Database, chunk_ids: list[int], vecs: np.ndarray) -> None:
     ]
     fts.add_delta(db, later)
     db.cache.pop("fts_corpus", None)
-    db.rows_changed(chunk_ids)
-    hot.note(db, chunk_ids)
+    db.chunks_written(chunk_ids)

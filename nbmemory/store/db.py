@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import duckdb
+import numpy as np
 
 from nbmemory import private
 from nbmemory.config import memory_paths
@@ -29,6 +30,16 @@ _LOCK_RE = re.compile(r"Conflicting lock|Could not set lock|lock on file", re.IG
 def utcnow() -> datetime:
     """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+#: Where ``cache`` holds the memory-resident search index (:mod:`nbmemory.search.hot`).
+INDEX_KEY = "hot"
+
+
+class WriteFollower(Protocol):
+    """What keeps a copy of the chunks in step with the writes (the search index)."""
+
+    def chunks_written(self, chunk_ids: list[int], vectors: np.ndarray | None) -> None: ...
 
 
 class Database:
@@ -58,7 +69,7 @@ class Database:
         # Derived facts about the file (index state) that only this process can change.
         self.cache: dict[str, object] = {}
         #: Counts changes of everything a search reads (FTS snapshot rebuilt, vectors swapped):
-        #: copies held in memory (:mod:`nbmemory.store.hot`) built before one are stale.
+        #: copies held in memory (:mod:`nbmemory.search.hot`) built before one are stale.
         self.rebuilds = 0
         #: Chunk rows written since the memory-resident copy of the rows was read (those are read
         #: again from the table), and a counter bumped when every row may have changed.
@@ -122,6 +133,17 @@ class Database:
             self.con.execute(f'DROP INDEX "{schema}"."{name}"')
         self.con.execute("CHECKPOINT")
         self.dropped_after_crash = [str(name) for _, name in rows]
+
+    def chunks_written(self, chunk_ids: Iterable[int], vectors: np.ndarray | None = None) -> None:
+        """Chunks written or deleted (inside the writer's transaction): cached rows of them are
+        dropped, and the memory-resident search index in ``cache[INDEX_KEY]``
+        (:mod:`nbmemory.search.hot`) is told, so its next search re-reads them. ``vectors``: their
+        new vectors (one row each), which that search then need not read back."""
+        ids = [int(i) for i in chunk_ids]
+        self.rows_changed(ids)
+        index = self.cache.get(INDEX_KEY)
+        if index is not None:
+            cast(WriteFollower, index).chunks_written(ids, vectors)
 
     def rows_changed(self, chunk_ids: object = None) -> None:
         """Drop cached chunk rows (:func:`nbmemory.store.rows.fetch_rows`): these ids, or all."""

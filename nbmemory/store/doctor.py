@@ -13,7 +13,7 @@ from nbmemory.config import memory_paths
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import NbMemoryError
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, hot, passages, reembed, vectors
+from nbmemory.store import fts, passages, reembed, vectors
 from nbmemory.store.db import CATALOG, Database
 from nbmemory.store.migrations import SCHEMA_VERSION
 
@@ -56,12 +56,15 @@ def run_doctor(
     load_embedder: Callable[[], Embedder],
     reembed_all: Callable[[], int],
     repair: bool,
+    memory_index: Callable[[Database, int], str],
     with_passages: bool = True,
 ) -> DoctorReport:
     """Check ``db``; with ``repair``, fix what its data allows.
 
     ``load_embedder`` gives the model the store opens with (the active tuned version included);
-    ``reembed_all`` re-embeds every item with it and switches the store to it.
+    ``reembed_all`` re-embeds every item with it and switches the store to it;
+    ``memory_index`` says what the memory-resident index is doing, given the stored vectors'
+    count (:func:`nbmemory.search.hot.describe`).
     """
     report = DoctorReport()
 
@@ -210,7 +213,7 @@ def run_doctor(
     # through SQL: present, and a stored vector finds its own item first.
     live_vectors = int(db.scalar("SELECT count(*) FROM vectors"))
     if not vectors.persisted(db):
-        add("vector index", True, _memory_index(db, live_vectors), None)
+        add("vector index", True, memory_index(db, live_vectors), None)
     elif not vectors.index_exists(db):
         add("vector index", live_vectors == 0, "HNSW index missing", lambda: vectors.rebuild_index(db))
     elif live_vectors:
@@ -244,21 +247,6 @@ def run_doctor(
         )
     return report
 
-
-def _memory_index(db: Database, live_vectors: int) -> str:
-    """What the memory-resident index is doing: derived data, never a failure while it builds."""
-    state = hot.state(db)
-    if state == "building":
-        return (
-            f"in memory, being built in the background from the {live_vectors} stored vectors "
-            "(searches go through SQL until it is ready)"
-        )
-    if state == "serving":
-        index = hot.serving(db)
-        if index is not None:
-            held = int(index.live.sum())
-            return f"in memory: {held} live items, {live_vectors} vectors (built in {index.build_ms:.0f} ms)"
-    return f"in memory, built at the first search from the {live_vectors} stored vectors"
 
 
 def _in_tx(db: Database, fn: Callable[[], object]) -> None:

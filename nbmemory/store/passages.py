@@ -34,9 +34,9 @@ import pyarrow.compute as pc
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
 from nbmemory.ingest.windows import KINDS, window_spans, windows
-from nbmemory.store import hot
 from nbmemory.store.chunks import embedding_text
 from nbmemory.store.db import Database
+from nbmemory.store.vectors import cosine64
 
 #: (content hash, heading, text, kind) of a chunk.
 Content = tuple[str, str, str, str]
@@ -400,5 +400,5 @@ def best(db: Database, fingerprint: str, qvec: np.ndarray, hashes: dict[int, str
     starts = np.cumsum([0] + [len(m) for m in mats[:-1]])
     # Summed as the memory-resident index re-scores chunk cosines (float64, row by row): a
     # passage equal to another chunk's whole text then ties with it exactly.
-    sims = hot.cosine64(np.concatenate(mats), qvec)
+    sims = cosine64(np.concatenate(mats), qvec)
     return {i: float(v) for i, v in zip(ids, np.maximum.reduceat(sims, starts), strict=True)}

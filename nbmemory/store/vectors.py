@@ -8,6 +8,8 @@ over-fetch and fall back to the exact scan when too few survive.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from nbmemory.embed.base import Embedder
-from nbmemory.store import hot
 from nbmemory.store.db import Database
 
+#: Searches are served from memory-resident copies (:mod:`nbmemory.search.hot`); with
+#: ``NBMEMORY_HOT=0`` through SQL, with a persisted HNSW graph (the reference path).
+IN_MEMORY = os.environ.get("NBMEMORY_HOT", "1") != "0"
 INDEX_NAME = "vectors_hnsw"
 # Below this many candidate rows an exact scan is cheaper than HNSW plus filtering.
 EXACT_SCAN_MAX_ROWS = 4000
@@ -39,7 +43,7 @@ REBUILD_MIN_WRITES = 1000
 class VectorPlan:
     """How one vector search ran: recorded into the search trace."""
 
-    method: str  # "memory" (nbmemory.store.hot), "hnsw", "hnsw+filter", "exact", "hnsw->exact"
+    method: str  # "memory" (nbmemory.search.hot), "hnsw", "hnsw+filter", "exact", "hnsw->exact"
     fetched: int = 0
     matching_rows: int | None = None
 
@@ -87,12 +91,12 @@ def drop_index(db: Database) -> None:
 def persisted(db: Database) -> bool:
     """Whether this process keeps a persisted HNSW graph: only when searches go through SQL.
 
-    With the memory-resident index serving (:mod:`nbmemory.store.hot`, the default) the graph
+    With the memory-resident index serving (:mod:`nbmemory.search.hot`, the default) the graph
     would only cost: inserts pay for updating it, its rebuilds make a write wait (a minute at
     50k rows), and a crash's log replay can corrupt it (docs/architecture.md, note 2). So it is not built,
     and one found in the file is dropped instead of being rebuilt. ``NBMEMORY_HOT=0`` keeps it.
     """
-    return not hot.ENABLED or db.read_only
+    return not IN_MEMORY or db.read_only
 
 
 def create_index(db: Database) -> None:
@@ -212,7 +216,7 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray, fresh: bool = F
 
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     note_writes(db, len(chunk_ids))
-    hot.note(db, chunk_ids, vectors)
+    db.chunks_written(chunk_ids, vectors)
     dim = vectors.shape[1]
     table = pa.table(
         {
@@ -227,7 +231,12 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray, fresh: bool = F
 
 def get(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
     """The stored vectors of ``chunk_ids``, read from the table."""
-    return hot.vectors_of(db, chunk_ids)
+    if not chunk_ids:
+        return {}
+    rows = db.fetchall(
+        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
+    )
+    return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
 
 
 def get_many(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
@@ -235,9 +244,6 @@ def get_many(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
     if not chunk_ids:
         return {}
     with db.lock:
-        index = hot.serving(db)
-        if index is not None:
-            return index.vectors(chunk_ids)
         table = db.execute(
             "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
             [chunk_ids],
@@ -257,22 +263,13 @@ def search(
     dim: int,
     where: str | None = None,
     params: list[Any] | None = None,
-    memo: dict[Any, Any] | None = None,
 ) -> tuple[list[tuple[int, float]], VectorPlan]:
-    """Top ``limit`` (chunk id, cosine distance) among live chunks matching ``where``.
+    """Top ``limit`` (chunk id, cosine distance) among live chunks matching ``where``, through
+    SQL (searches are served from memory when :mod:`nbmemory.search.hot` can).
 
-    ``where`` is a condition on alias ``c`` (chunks); ``None`` means every live chunk. ``memo``:
-    one search's store, where the memory-resident scan is kept for a deeper pass
-    (:meth:`nbmemory.store.hot.HotIndex.nearest`).
+    ``where`` is a condition on alias ``c`` (chunks); ``None`` means every live chunk.
     """
     params = params or []
-    with db.lock:
-        index = hot.serving(db)
-        if index is not None:
-            allowed = None if where is None else index.allowed(db, where, params)
-            found = index.nearest(query, limit, allowed, memo)
-            matching = None if allowed is None else int(allowed.sum())
-            return [(i, 1.0 - sim) for i, sim in found], VectorPlan("memory", len(found), matching)
     qv = query.astype(np.float32).tolist()
     live = "c.deleted_at IS NULL" + (f" AND ({where})" if where else "")
     exact_sql = f"""
@@ -316,12 +313,15 @@ def search(
     return [(int(a), float(b)) for a, b in rows], VectorPlan(method, fetch, matching)
 
 
-def neighbours(
-    db: Database, item_id: int, vec: np.ndarray, k: int, namespace: str | None
-) -> tuple[list[int], dict[int, float]]:
-    """The ``k`` items nearest to ``vec`` other than ``item_id`` (in ``namespace`` when given),
-    and the cosine similarity of everything the search found."""
-    where = None if namespace is None else "c.namespace = ?"
-    found, _ = search(db, vec, k + 1, len(vec), where, [] if namespace is None else [namespace])
-    ids = [i for i, _ in found if i != item_id][:k]
-    return ids, {i: 1.0 - d for i, d in found}
+def cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row to ``query`` in float64, each row summed the same way.
+
+    ``einsum`` sums each row on its own, whatever rows come with it (equal vectors, equal
+    scores), without the row-sized temporaries of ``(v * q).sum(axis=1)`` (bench/search/cosine_ab.py:
+    the convex stage's p50 on the notes store 1.13 ms instead of 1.43).
+    """
+    v = vecs.astype(np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * math.sqrt(float(np.dot(q, q)))
+    dots = np.einsum("ij,j->i", v, q)
+    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)

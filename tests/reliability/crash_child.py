@@ -334,7 +334,7 @@ class Child:
     def phase_hot(self) -> None:
         # The memory-resident index (on in this child): built in a background thread at the first
         # search, kept in step by every write, built again after a bulk change.
-        from nbmemory.store import hot
+        from nbmemory.search import hot
 
         while True:
             roll = self.rng.random()
@@ -565,9 +565,9 @@ def file_tokens(path: Path) -> list[str]:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     if spec["phase"] == "hot":
-        from nbmemory.store import hot
+        from nbmemory.store import vectors
 
-        hot.ENABLED = True  # whatever the harness's environment says: this workload is about it
+        vectors.IN_MEMORY = True  # whatever the harness's environment says: this workload is about it
     marks = Marks(os.environ.get("NBMEMORY_CRASH_AT"))
     install(marks)
     child = Child(spec, marks)

@@ -419,7 +419,7 @@ class Verifier:
 
     def vectors(self, mem: Any, live: list[tuple[int, str]]) -> None:
         from nbmemory.store import chunks as chunk_rows
-        from nbmemory.store import hot, vectors
+        from nbmemory.store import vectors
 
         db = mem.db
         ids = [i for i, _ in live]
@@ -443,7 +443,7 @@ class Verifier:
         self.summary.vectors_checked += len(rows)
 
         total = int(db.scalar("SELECT count(*) FROM vectors"))
-        if total == 0 or hot.ENABLED:
+        if total == 0 or vectors.IN_MEMORY:
             return  # the memory-resident index serves without the HNSW index
         if not vectors.index_exists(db):
             self.fail("no HNSW index over a non-empty vectors table after repair")
@@ -593,7 +593,8 @@ class Verifier:
         neighbours, and :meth:`vectors` checks it against an exact scan instead. Equal scores
         may come in either order.
         """
-        from nbmemory.store import fts, hot, passages
+        from nbmemory.search import hot
+        from nbmemory.store import fts, passages
 
         db = mem.db
         fts.rebuild(db)
@@ -636,16 +637,16 @@ def _file_tokens(path: Path) -> list[str]:
 
 def verify(store: Store, summary: Summary, run: int, rng: random.Random) -> list[str]:
     """Reopen ``store`` after a kill and check it; returns the problems found."""
-    from nbmemory.store import hot
+    from nbmemory.store import vectors
 
     checker = Verifier(store, summary, run, rng)
-    serving = hot.ENABLED
+    serving = vectors.IN_MEMORY
     # The hot workload is checked as it serves: through the memory-resident index.
-    hot.ENABLED = serving or store.phase == "hot"
+    vectors.IN_MEMORY = serving or store.phase == "hot"
     try:
         return _verify(checker, store, summary)
     finally:
-        hot.ENABLED = serving
+        vectors.IN_MEMORY = serving
 
 
 def _verify(checker: Verifier, store: Store, summary: Summary) -> list[str]:

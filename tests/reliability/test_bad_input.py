@@ -26,7 +26,8 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.errors import BadFileError, ConfigError
 from nbmemory.ingest.chunking import MAX_CHARS, chunk_file
 from nbmemory.ingest.redact import redact
-from nbmemory.store import hot, vectors
+from nbmemory.search import hot
+from nbmemory.store import vectors
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

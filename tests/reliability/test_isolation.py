@@ -44,7 +44,7 @@ from nbmemory.cli import main as cli_main
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import SharedMemory, connect
 from nbmemory.search.filters import KINDS
-from nbmemory.store import hot, vectors
+from nbmemory.store import vectors
 
 REPO = Path(__file__).resolve().parents[2]
 # One dataset through every front end: a Jupyter server, a shell, CLI runs and processes.
@@ -181,7 +181,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
     path = root / "memory.duckdb"
     # Built with the HNSW index, so that every vector path can be forced (vector_path).
     building = pytest.MonkeyPatch()
-    building.setattr(hot, "ENABLED", False)
+    building.setattr(vectors, "IN_MEMORY", False)
     owner = connect(path, embedder=FakeEmbedder(dim=128))
     assert owner.role == "owner"
     mem: Memory = owner.memory
@@ -235,7 +235,7 @@ def vector_path(method: str) -> Iterator[None]:
     """``memory``: the memory-resident index (the default); through SQL, ``exact``: the default
     threshold (the filtered rows are few); ``hnsw``: HNSW always runs."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hot, "ENABLED", method == "memory")
+        mp.setattr(vectors, "IN_MEMORY", method == "memory")
         if method == "hnsw":
             mp.setattr(vectors, "EXACT_SCAN_MAX_ROWS", 10)
         yield

@@ -1,4 +1,4 @@
-"""The memory-resident index (:mod:`nbmemory.store.hot`) ranks exactly as the SQL path does:
+"""The memory-resident index (:mod:`nbmemory.search.hot`) ranks exactly as the SQL path does:
 on real notes, with and without filters, after writes it learns incrementally, and while it is
 being rebuilt in the background (searches then go through SQL)."""
 
@@ -13,8 +13,9 @@ import pytest
 
 from nbmemory import Memory, PipelineConfig
 from nbmemory.embed import FakeEmbedder
+from nbmemory.search import hot
 from nbmemory.search.filters import Filters
-from nbmemory.store import fts, hot, vectors
+from nbmemory.store import fts, vectors
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "tests" / "data" / "til"
@@ -42,7 +43,7 @@ def ranked(mem: Memory, query: str, served: bool, config: PipelineConfig | None 
     """(ids, scores) of a search, each retriever's stage too, through the index or through SQL
     (with an exact vector scan: HNSW's approximate tail differs from any exact ranking)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hot, "ENABLED", served)
+        mp.setattr(vectors, "IN_MEMORY", served)
         mp.setattr(vectors, "index_exists", lambda db: False)
         result = mem.search(query, k=10, log=False, config=config, **filters)
     method = "memory" if served else "sql"
@@ -107,7 +108,7 @@ def convex_scores(
 ) -> tuple[dict[int, float], int]:
     """Every fused candidate's convex score, and how many candidates BM25 scored below its cut."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hot, "ENABLED", served)
+        mp.setattr(vectors, "IN_MEMORY", served)
         # k past the store's size: the fused pool keeps every candidate.
         stage = mem.search(query, k=5000, log=False, config=config).trace.stage("convex")
     assert stage is not None

@@ -12,7 +12,7 @@ from nbmemory import Memory, PipelineConfig
 from nbmemory.embed.fake import FakeEmbedder
 from nbmemory.search import symbols
 from nbmemory.search.filters import Filters
-from nbmemory.store import hot, rows
+from nbmemory.store import rows, vectors
 
 TIL = Path(__file__).resolve().parents[1] / "data" / "til"
 
@@ -89,7 +89,7 @@ NOTES = {
 def test_a_note_holding_the_symbol_ranks_first_and_filters_and_deletions_hold(
     fake_mem: Memory, served: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hot, "ENABLED", served)
+    monkeypatch.setattr(vectors, "IN_MEMORY", served)
     ids = {name: fake_mem.remember(text, namespace="work").id for name, text in NOTES.items()}
     other = fake_mem.remember("Elsewhere: g?? rotates this line as well.", namespace="home").id
     bm25_only = PipelineConfig(retrievers=("bm25",))

@@ -13,8 +13,9 @@ import pytest
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
+from nbmemory.search import hot
 from nbmemory.search.config import PipelineConfig
-from nbmemory.store import hot, vectors
+from nbmemory.store import vectors
 from nbmemory.store.chunks import embedding_text
 
 DIM = 32

@@ -8,7 +8,8 @@ served from here once the copies are built, and through SQL until then (and when
 ``NBMEMORY_HOT=0``): both give the same rankings (``tests/search/test_hot.py``).
 
 Keeping in step: only this process writes the file (DuckDB's lock). Every write path tells the
-index which chunks it wrote or deleted (:func:`note`); the next search re-reads those chunks'
+store which chunks it wrote or deleted (:meth:`~nbmemory.store.db.Database.chunks_written`), and
+the store tells the index held in ``db.cache`` (:meth:`HotIndex.chunks_written`); the next search re-reads those chunks'
 vectors, liveness and BM25 delta postings before it runs (its cost follows the chunks written,
 not the delta's size). A change of everything (an FTS
 snapshot rebuild, a re-embed swap, a rolled-back transaction, which clears ``db.cache``) drops
@@ -22,7 +23,6 @@ before its watermark, over the delta for later ones, IDFs over both) and exact c
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import time
@@ -34,13 +34,12 @@ import duckdb
 import numpy as np
 
 from nbmemory import long_lived
-from nbmemory.store import fts
+from nbmemory.store import fts, vectors
 from nbmemory.store import rows as row_store
+from nbmemory.store.db import INDEX_KEY as _KEY
 from nbmemory.store.db import Database
+from nbmemory.store.vectors import cosine64
 
-#: ``NBMEMORY_HOT=0`` serves every search through SQL (the reference path).
-ENABLED = os.environ.get("NBMEMORY_HOT", "1") != "0"
-_KEY = "hot"
 #: Up to this many chunks the copies are built in the search that first needs them (a few
 #: tens of milliseconds); above it in a background thread while SQL serves.
 SYNC_BUILD_ROWS = 20_000
@@ -107,7 +106,7 @@ class HotIndex:
         self.error: str | None = None
         self.build_ms = 0.0
         self.pending: set[int] = set()
-        #: The vectors of chunks in ``pending`` as their writer gave them (:func:`note`): a sync
+        #: The vectors of chunks in ``pending`` as their writer gave them (:meth:`chunks_written`): a sync
         #: takes them from here instead of reading the table.
         self.pending_vectors: dict[int, np.ndarray] = {}
         self.ids = np.empty(0, dtype=np.int64)
@@ -318,7 +317,7 @@ class HotIndex:
         live_ids = [i for i in changed.tolist() if state.get(i, (False, 0))[0]]
         given = {i: self.pending_vectors[i] for i in live_ids if i in self.pending_vectors}
         self.pending_vectors.clear()
-        fresh = vectors_of(db, [i for i in live_ids if i not in given])
+        fresh = vectors.get(db, [i for i in live_ids if i not in given])
         fresh.update(given)
         self.inv_norm[at[found]] = 0.0  # a forgotten chunk's vector is deleted with it
         self.has_vec[at[found]] = False
@@ -494,15 +493,18 @@ class HotIndex:
         block = self.mat[at[found]]  # one copy for all (rows of a new array, not of the index)
         return dict(zip(ids[found].tolist(), block, strict=True))
 
+    def chunks_written(self, chunk_ids: list[int], vecs: np.ndarray | None) -> None:
+        """Chunks written or deleted (inside the writer's transaction): the next :meth:`sync`
+        re-reads them. ``vecs``: their new vectors (one row each), which it then need not read
+        back; at most :data:`PENDING_VECTORS_MAX` wait, past that the sync reads the table."""
+        self.pending.update(chunk_ids)
+        held = self.pending_vectors
+        if vecs is not None and len(held) + len(chunk_ids) <= PENDING_VECTORS_MAX:
+            held.update(zip(chunk_ids, np.array(vecs, dtype=np.float32), strict=True))
+        else:
+            for i in chunk_ids:
+                held.pop(i, None)
 
-def vectors_of(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
-    """The stored vectors of ``chunk_ids``, read from the table (``vectors.get``)."""
-    if not chunk_ids:
-        return {}
-    rows = db.fetchall(
-        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
-    )
-    return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
 
 
 def _bm25(idf: float, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:
@@ -511,6 +513,8 @@ def _bm25(idf: float, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.nd
 
 #: Candidates beyond the limit whose float32 score is checked again in float64.
 RESCORE_MARGIN = 16
+#: Vectors the writers may leave for the next sync (about 30 MB at 384 dimensions).
+PENDING_VECTORS_MAX = 20_000
 #: Above this many chunks an unfiltered vector search scans the partitions nearest the query
 #: (about 1.5 ms at 1M chunks) instead of every vector (about 50 ms there; 1 ms at 43k).
 ANN_MIN_ROWS = 200_000
@@ -582,19 +586,6 @@ class _Ivf:
         return rows, scores
 
 
-def cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each row to ``query`` in float64, each row summed the same way.
-
-    ``einsum`` sums each row on its own, whatever rows come with it (equal vectors, equal
-    scores), without the row-sized temporaries of ``(v * q).sum(axis=1)`` (bench/search/cosine_ab.py:
-    the convex stage's p50 on the notes store 1.13 ms instead of 1.43).
-    """
-    v = vecs.astype(np.float64)
-    q = np.asarray(query, dtype=np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * math.sqrt(float(np.dot(q, q)))
-    dots = np.einsum("ij,j->i", v, q)
-    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
-
 
 def _top(rows: np.ndarray, scores: np.ndarray, ids: np.ndarray, limit: int) -> np.ndarray:
     """Rows of the ``limit`` best scores, best first, equal scores by ascending chunk id."""
@@ -615,7 +606,7 @@ def serving(db: Database) -> HotIndex | None:
 
     Call with ``db.lock`` held.
     """
-    if not ENABLED or db.read_only:
+    if not vectors.IN_MEMORY or db.read_only:
         return None
     index = db.cache.get(_KEY)
     if not isinstance(index, HotIndex):
@@ -648,7 +639,7 @@ def _start_build(db: Database, index: HotIndex) -> None:
 
 def ensure(db: Database) -> HotIndex | None:
     """The serving index, built now (blocking) if it is not ready; None when disabled."""
-    if not ENABLED or db.read_only:
+    if not vectors.IN_MEMORY or db.read_only:
         return None
     with db.lock:
         index = db.cache.get(_KEY)
@@ -661,7 +652,7 @@ def ensure(db: Database) -> HotIndex | None:
 
 def state(db: Database) -> str:
     """``serving``, ``building``, ``off`` or ``not built``: for ``doctor`` and the trace."""
-    if not ENABLED:
+    if not vectors.IN_MEMORY:
         return "off"
     index = db.cache.get(_KEY)
     if not isinstance(index, HotIndex):
@@ -669,25 +660,20 @@ def state(db: Database) -> str:
     return "serving" if index.ready else "building"
 
 
-#: Vectors a writer's :func:`note` may leave for the next sync (about 30 MB at 384 dimensions);
-#: past it the sync reads them from the table.
-PENDING_VECTORS_MAX = 20_000
-
-
-def note(db: Database, chunk_ids: Iterable[int], vecs: np.ndarray | None = None) -> None:
-    """Chunks written or deleted (inside the writer's transaction): the next search re-reads them.
-    ``vecs``: their new vectors (one row each), which that search then need not read back."""
-    ids = [int(i) for i in chunk_ids]
-    db.rows_changed(ids)
-    index = db.cache.get(_KEY)
-    if isinstance(index, HotIndex):
-        index.pending.update(ids)
-        held = index.pending_vectors
-        if vecs is not None and len(held) + len(ids) <= PENDING_VECTORS_MAX:
-            held.update(zip(ids, np.array(vecs, dtype=np.float32), strict=True))
-        else:
-            for i in ids:
-                held.pop(i, None)
+def describe(db: Database, live_vectors: int) -> str:
+    """What the memory-resident index is doing: derived data, never a failure while it builds."""
+    now = state(db)
+    if now == "building":
+        return (
+            f"in memory, being built in the background from the {live_vectors} stored vectors "
+            "(searches go through SQL until it is ready)"
+        )
+    if now == "serving":
+        index = serving(db)
+        if index is not None:
+            held = int(index.live.sum())
+            return f"in memory: {held} live items, {live_vectors} vectors (built in {index.build_ms:.0f} ms)"
+    return f"in memory, built at the first search from the {live_vectors} stored vectors"
 
 
 def reset(db: Database) -> None:
