@@ -95,7 +95,7 @@ def check(work: Path, steps: list[str]) -> None:
             run([sys.executable, "-m", "venv", str(venv)], env, work)
             lock = str(REPO / "requirements.lock")
             run(
-                [str(bin_ / "pip"), "install", "-q", "-c", lock, str(wheel), "jupyterlab", "playwright"],
+                [str(bin_ / "pip"), "install", "-q", "--no-compile", "-c", lock, str(wheel), "jupyterlab", "playwright"],
                 env,
                 work,
             )
