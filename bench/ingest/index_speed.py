@@ -9,8 +9,9 @@ real), into a new store:
 
 * ``nbmemory default``: ``Memory.index(corpus)`` with the default settings (passages on, each
   sentence window embedded on its own: :mod:`nbmemory.store.passages`).
-* ``bare pass``: one plain ``SentenceTransformer.encode`` (batch 64) of the very texts the
-  chunks of that store embed (heading and text): the model work every system must do at least.
+* ``bare pass``: one plain ``SentenceTransformer.encode`` of the very texts the chunks of that
+  store embed (heading and text), at the batch size nbmemory uses (16 on CPU: the fastest there):
+  the model work every system must do at least.
 * ``nbmemory, passages by late pooling`` (``--late``): ``NBMEMORY_PASSAGE_METHOD=late``, each
   window pooled from its chunk's own forward pass.
 * ``vstash`` / ``memsearch`` (``--peers``): their drivers (``../shared/peers``, installed by its
@@ -37,7 +38,7 @@ from typing import Any
 from bench.lib.paths import NOTES_CORPUS, NOTES_QUERIES, RESULTS, SHARED
 from nbmemory import Memory
 from nbmemory.config import Settings, set_torch_threads
-from nbmemory.embed.sentence import SentenceTransformerEmbedder, bundled_model_path
+from nbmemory.embed.sentence import CPU_BATCH, SentenceTransformerEmbedder, bundled_model_path
 from nbmemory.eval.notes import load_queries
 from nbmemory.eval.report import write_json
 from nbmemory.eval.subsets import cut_folder, subset
@@ -79,8 +80,9 @@ def bare_pass(texts: list[str]) -> dict[str, Any]:
     model = SentenceTransformer(str(bundled_model_path()), device="cpu")
     model.encode(["warm up the model"])
     started = time.perf_counter()
-    model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
-    return {"system": "bare pass", "seconds": round(time.perf_counter() - started, 1), "chunks": len(texts)}
+    model.encode(texts, batch_size=CPU_BATCH, normalize_embeddings=True, show_progress_bar=False)
+    seconds = round(time.perf_counter() - started, 1)
+    return {"system": "bare pass", "seconds": seconds, "chunks": len(texts), "batch": CPU_BATCH}
 
 
 def peer_ingest(name: str, home: Path, flat: Path, work: Path) -> dict[str, Any]:
