@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -129,6 +130,9 @@ def running_lab(base: Path, fill: Callable[[Path], None]) -> Iterator[Lab]:
         "JUPYTER_RUNTIME_DIR": str(base / "jruntime"),
         "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+        # A server that does not stop on SIGTERM is sent SIGABRT below: its threads' stacks land
+        # in lab.log, so what held it is on record.
+        "PYTHONFAULTHANDLER": "1",
     }
     # No news pop-up over the screenshots (and no fetch of the news feed).
     notification = (
@@ -190,7 +194,12 @@ def running_lab(base: Path, fill: Callable[[Path], None]) -> Iterator[Lab]:
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            proc.send_signal(signal.SIGABRT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            print(f"jupyter lab did not stop within 30 s of SIGTERM: its stacks are in {base / 'lab.log'}")
         log.close()
 
 
