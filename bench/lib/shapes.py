@@ -24,8 +24,21 @@ from nbmemory.config import cache_home
 
 #: The namespace every benchmark store is indexed into.
 NAMESPACE = "eval"
-#: The notes benchmark's store: the same corpus indexed by ``nbmemory eval notes`` (read, never written).
-EVAL_NOTES_STORE = cache_home() / "eval" / "stores" / "notes-jbranchaud-til-corpus-7a8e6eb478063563.duckdb"
+
+
+def eval_notes_store() -> Path:
+    """The notes benchmark's store: the same corpus indexed by ``nbmemory eval notes`` (read, never
+    written). Its name carries the store code's hash, so the newest one is the current one (the
+    cache deletes those of older code when it builds another)."""
+    found = sorted(
+        (cache_home() / "eval" / "stores").glob("notes-jbranchaud-til-corpus-*.duckdb"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        raise SystemExit(
+            "no notes store in the evaluation cache: `python -m bench.quality.notes_compare --skip-peers` builds it"
+        )
+    return found[-1]
 
 
 def store_root() -> Path:

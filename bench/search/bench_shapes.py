@@ -44,7 +44,7 @@ import numpy as np
 
 from bench.lib.measure import dist, forget_queries, loadavg, log, machine_info
 from bench.lib.paths import DATA, NOTES_CORPUS, RESULTS, SHARED
-from bench.lib.shapes import EVAL_NOTES_STORE, NAMESPACE, fake_embedder, store_for, store_root
+from bench.lib.shapes import NAMESPACE, eval_notes_store, fake_embedder, store_for, store_root
 from bench.lib.sqlite_ref import SqliteReference
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="nbm-shapes-") as tmp:
         workdir = Path(tmp)
         notebooks = store_for(NOTEBOOKS, log=log, fake=args.fake) if {"notebooks", "mix"} & set(shapes) else None
-        notes = store_for(NOTES_CORPUS, log=log, fake=True) if args.fake else EVAL_NOTES_STORE
+        notes = store_for(NOTES_CORPUS, log=log, fake=True) if args.fake else eval_notes_store()
         for shape in shapes:
             if shape == "notes":
                 r = bench_shape("notes", notes, notes_queries(), real, args, workdir)

@@ -79,11 +79,11 @@ def nearest(
 
 def stored(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
     """The stored vectors of ``chunk_ids``: from the memory-resident index when it serves, else
-    from the table (:func:`nbmemory.store.vectors.get_many`)."""
+    from the table (:func:`nbmemory.store.vectors.get`)."""
     if not chunk_ids:
         return {}
     with db.lock:
         index = hot.serving(db)
         if index is not None:
             return index.vectors(chunk_ids)
-    return vectors.get_many(db, chunk_ids)
+    return vectors.get(db, chunk_ids)

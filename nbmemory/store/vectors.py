@@ -230,17 +230,8 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray, fresh: bool = F
 
 
 def get(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
-    """The stored vectors of ``chunk_ids``, read from the table."""
-    if not chunk_ids:
-        return {}
-    rows = db.fetchall(
-        "SELECT chunk_id, vec FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
-    )
-    return {int(cid): np.asarray(vec, dtype=np.float32) for cid, vec in rows}
-
-
-def get_many(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
-    """Like :func:`get`, through Arrow: one copy into numpy instead of a list per vector."""
+    """The stored vectors of ``chunk_ids``, read from the table through Arrow (one copy into numpy
+    instead of a list per vector)."""
     if not chunk_ids:
         return {}
     with db.lock:
