@@ -42,9 +42,10 @@ test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m slow -q -s
 
 # Lint, types, and the tests that need no real model, process, server, browser or corpus of real
-# size (markers in pyproject.toml); `make test` runs them all.
+# size (markers in pyproject.toml), property tests with a quarter of their examples (tests/quick.py);
+# `make test` runs them all, in full.
 check: lint
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui" $(PARALLEL)
+	HF_HUB_OFFLINE=1 NBMEMORY_TEST_QUICK=1 $(BIN)/python -m pytest -q -m "not slow and not model and not integration and not ui" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check nbmemory tests bench tools

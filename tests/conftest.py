@@ -18,8 +18,16 @@ os.environ.setdefault("NBMEMORY_IDLE_SECONDS", "10")
 # every earlier test's cyclic garbage for good. tests/test_long_lived.py checks it in a child.
 os.environ.setdefault("NBMEMORY_GC_FREEZE", "0")
 
+from hypothesis import settings
+
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
+from tests.quick import QUICK, examples
+
+# Property tests that name no count of their own: fewer in `make check` (tests/quick.py).
+settings.register_profile("quick", max_examples=examples(100))
+if QUICK:
+    settings.load_profile("quick")
 
 
 class CountingEmbedder:

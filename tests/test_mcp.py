@@ -37,6 +37,7 @@ from nbmemory.mcp import MemoryTools, Policy
 from nbmemory.remote import connect
 from nbmemory.search.result import SearchResult
 from nbmemory.search.trace import Trace
+from tests.quick import examples
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = (
@@ -391,7 +392,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Memory, d
 PROPERTY_CASES: list[int] = []
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     confined=st.sampled_from(NAMESPACES),
     asked=st.none() | st.sampled_from(NAMESPACES),
@@ -528,7 +529,9 @@ def test_streamable_http_on_localhost(db: Path, tmp_path: Path) -> None:
         async def test() -> None:
             # The token goes in a header (tests/test_mcp_auth.py: without it, 401).
             http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-            async with Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+            async with Client(
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
+            ) as client:
                 assert {t.name for t in (await client.list_tools()).tools} == TOOLS
                 assert data(await client.call_tool("search", {"query": "kafka lag"}))["hits"]
                 assert "read-only" in error(await client.call_tool("remember", {"text": "x"}))

@@ -35,6 +35,28 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
     db.close()
 
 
+def test_an_extension_file_changed_after_its_check_is_checked_again_and_refused(tmp_path: Path) -> None:
+    import duckdb
+
+    from nbmemory.store.extensions import connect_with_extensions, extension_path
+
+    files = []
+    for name in ("fts", "vss"):
+        files.append(tmp_path / f"{name}.duckdb_extension")
+        files[-1].write_bytes(extension_path(name).read_bytes())
+    connect_with_extensions(files).close()  # checked: the next load of the same files skips it
+    con = connect_with_extensions(files)
+    assert con.execute("SELECT stem('running', 'english')").fetchone() == ("run",)
+    con.close()
+    # The fts file replaced by one with a byte changed: without a new check it would load.
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "new").write_bytes(data)
+    (tmp_path / "new").replace(files[0])
+    with pytest.raises(duckdb.IOException, match="signature is either missing or invalid"):
+        connect_with_extensions(files)
+
+
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     from nbmemory import StoreError
 

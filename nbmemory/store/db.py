@@ -17,7 +17,7 @@ import numpy as np
 from nbmemory import private
 from nbmemory.config import memory_paths
 from nbmemory.errors import StoreError, StoreLockedError
-from nbmemory.store.extensions import load_extensions
+from nbmemory.store.extensions import connect_with_extensions
 from nbmemory.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 # Statements that write nothing to the write-ahead log.
@@ -89,9 +89,11 @@ class Database:
             file = Path(self.path).expanduser()
             private.make_dir(file.parent)
             self.narrowed = private.narrow_all(memory_paths(file, own_folder), f"memory {file}")
-        self.con = duckdb.connect(":memory:")
         try:
-            load_extensions(self.con)
+            self.con = connect_with_extensions()
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot load DuckDB's fts and vss extensions to open {self.path}: {exc}") from exc
+        try:
             mode = " (READ_ONLY)" if read_only else ""
             target = self.path.replace("'", "''")
             if self.path == ":memory:":

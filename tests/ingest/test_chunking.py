@@ -21,6 +21,7 @@ from nbmemory.ingest.markdown import chunk_markdown
 from nbmemory.ingest.notebook import chunk_notebook
 from nbmemory.ingest.text import chunk_plain
 from nbmemory.ingest.types import ChunkDraft
+from tests.quick import examples
 
 ANSI = re.compile(r"\x1b\[")
 
@@ -854,7 +855,7 @@ def markdown_docs(draw: st.DrawFn) -> tuple[str, set[int]]:
     return "\n".join(lines), headings
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=markdown_docs(), max_chars=st.integers(40, 400))
 def test_property_markdown(doc: tuple[str, set[int]], max_chars: int) -> None:
     text, heading_lines = doc
@@ -866,7 +867,7 @@ def test_property_markdown(doc: tuple[str, set[int]], max_chars: int) -> None:
     assert not expected - found
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     paragraphs=st.lists(st.lists(LINE, min_size=1, max_size=8).map("\n".join), max_size=20),
     seps=st.sampled_from(["\n\n", "\n\n\n", "\n \n"]),
@@ -955,7 +956,7 @@ def python_modules(draw: st.DrawFn) -> str:
     return "\n".join(out) + "\n"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(source=python_modules(), max_chars=st.integers(40, 400))
 def test_property_python_lines_covered_exactly_once(source: str, max_chars: int) -> None:
     chunks = chunk_code("gen.py", source, max_chars)

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbmemory.ingest.redact import KINDS, Redaction, _echo_eligible, _spans, redact
+from tests.quick import examples
 
 MARKER = re.compile(r"\[REDACTED:([a-z0-9-]+)\]")
 
@@ -604,7 +605,7 @@ def test_redact_never_raises_and_is_idempotent_on_arbitrary_text(text: str) -> N
             assert text[s:e] not in once.text
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(), st.sampled_from(POSITIVES), st.text())
 def test_a_secret_surrounded_by_arbitrary_text_never_survives(before: str, case: Case, after: str) -> None:
     text = f"{before}\n{case.text}\n{after}"

@@ -28,6 +28,7 @@ from nbmemory.ingest.chunking import MAX_CHARS, chunk_file
 from nbmemory.ingest.redact import redact
 from nbmemory.search import hot
 from nbmemory.store import vectors
+from tests.quick import examples
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -463,7 +464,9 @@ def test_files_named_one_by_one_with_one_name_not_utf8_index_the_others(mem: Mem
     with open(bad, "wb") as fh:
         fh.write(b"# Bytes\n\nbadnametok\n")
     report = mem.index(good, os.fsdecode(bad))
-    assert report.skipped == [(f"{root}/bad-\\xff.md", "file name is not valid UTF-8: rename the file to index it")]
+    assert report.skipped == [
+        (f"{root}/bad-\\xff.md", "file name is not valid UTF-8: rename the file to index it")
+    ]
     assert report.files_changed == 1
     assert mem.search("goodnametok", k=1).hits[0].source == str(good)
 
@@ -717,7 +720,7 @@ def test_property_remember_then_search_round_trips(tmp_path: Path) -> None:
     counter = iter(range(10**6))
     with Memory(tmp_path / "prop.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
 
-        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
         @given(text=TEXT)
         def round_trip(text: str) -> None:
             token = f"proptok{next(counter)}"
@@ -740,7 +743,7 @@ def test_property_search_returns_or_raises_a_clear_config_error(tmp_path: Path) 
         before = snapshot(mem)
 
         # Any code point, lone surrogates and control characters included.
-        @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=examples(100), deadline=None, suppress_health_check=list(HealthCheck))
         @given(query=st.text(ANY_CHAR, max_size=60) | st.sampled_from(["", " ", "\t"]))
         def search_anything(query: str) -> None:
             check_query(mem, query)
@@ -758,7 +761,7 @@ def test_property_any_bytes_with_a_text_extension_are_indexed_or_skipped(tmp_pat
         mem.remember_many(CONTROL_TEXTS)
         before = snapshot(mem)
 
-        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
         @given(data=st.binary(max_size=3000), ext=st.sampled_from([".md", ".py", ".txt", ".ipynb", ".yaml"]))
         def index_bytes(data: bytes, ext: str) -> None:
             path = root / f"f{next(counter)}{ext}"
@@ -809,7 +812,7 @@ CELL = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     notebook=st.fixed_dictionaries(
         {"cells": st.lists(CELL, max_size=5) | JSON},

@@ -33,13 +33,16 @@ from nbmemory.jupyter import magic_lines, magics
 from nbmemory.mcp import MemoryTools, Policy
 from nbmemory.mcp.server import build_server
 from nbmemory.remote import SharedMemory, connect
+from tests.quick import examples
 
 #: Cases run per door, and how each ended, printed by :func:`test_fuzz_cases_ran`.
 CASES: dict[str, int] = {}
 OUTCOMES: dict[str, Counter[str]] = {}
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+FUZZ = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck), database=None
+)
 #: Doors whose every case opens the memory's write path: fewer cases.
-FUZZ_WRITES = settings(FUZZ, max_examples=100)
+FUZZ_WRITES = settings(FUZZ, max_examples=examples(100))
 
 
 def count(door: str) -> None:

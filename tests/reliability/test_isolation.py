@@ -45,6 +45,7 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import SharedMemory, connect
 from nbmemory.search.filters import KINDS
 from nbmemory.store import vectors
+from tests.quick import examples
 
 REPO = Path(__file__).resolve().parents[2]
 # One dataset through every front end: a Jupyter server, a shell, CLI runs and processes.
@@ -298,7 +299,7 @@ filters_strategy = st.fixed_dictionaries(
 )
 queries = st.lists(st.sampled_from([*WORDS, "zebra", "item7"]), min_size=1, max_size=3).map(" ".join)
 SETTINGS = settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 
 
@@ -319,7 +320,9 @@ def test_memory_search_never_leaks(data: Dataset, query: str, f: dict[str, Any],
 
 
 @pytest.mark.slow
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(
+    max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
 @given(
     query=queries,
     f=filters_strategy,
@@ -334,7 +337,7 @@ def test_memory_search_never_leaks_many_examples(
     check("Memory.search", data, f, result.hits, k, result.trace)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=examples(40), deadline=None, derandomize=True)
 @given(
     query=queries,
     ns=st.sampled_from(NAMESPACES),
@@ -468,7 +471,7 @@ def _magic_json(ip: Any, name: str, line: str) -> Any:
     return json.loads(cap.stdout)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=examples(25), deadline=None, derandomize=True)
 @given(
     query=queries,
     ns=st.sampled_from(NAMESPACES),
@@ -520,7 +523,7 @@ def test_memcontext_memrelated_and_the_explorer_keep_to_the_namespace(shell: Any
 # -- the CLI -------------------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=examples(20), deadline=None, derandomize=True)
 @given(query=queries, ns=st.sampled_from(NAMESPACES), k=st.integers(1, 30))
 def test_cli_search_with_ns(data: Dataset, query: str, ns: str, k: int) -> None:
     out = io.StringIO()

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.quick import examples
+
 #: Cases run, printed by :func:`test_rest_fuzz_cases_ran`.
 CASES: list[str] = []
 
@@ -140,7 +142,9 @@ def test_rest_routes_answer_or_refuse_clearly_whatever_the_request(
         fetch("POST", ["remember"], {}, json.dumps({"text": "the staging database is db-stg-12"})).code == 201
     )
 
-    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     @given(request=requests())
     def door(request: tuple[str, list[str], dict[str, str], str | None]) -> None:
         method, parts, params, body = request
