@@ -60,6 +60,24 @@ class CountingEmbedder:
         return self.inner.embed_query(text)  # type: ignore[attr-defined]
 
 
+# The modules that take longest, longest first (seconds in a full `make test` on 2 cores,
+# `--durations=0`, summed per module). Test processes take modules in collection order
+# (`--dist loadscope`), so these go first: a long module that starts last keeps one core busy
+# while the other waits, as the real-notes index did (about two minutes of the run).
+LONGEST_FIRST = (
+    "tests/search/test_real_notes.py",  # 452
+    "tests/test_wheel.py",  # 221
+    "tests/server/test_ui_lab.py",  # 172
+    "tests/test_magics.py",  # 131
+    "tests/reliability/test_crash.py",  # 120
+    "tests/server/test_ui_notebook.py",  # 91
+    "tests/server/test_ui_progress.py",  # 85
+    "tests/tune/test_tune_memory.py",  # 82
+    "tests/test_warm_owner.py",  # 57
+    "tests/server/test_handlers.py",  # 56
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that reaches the session's real model (directly or through a fixture: ``mem``,
     # ``notes_store``) is a `model` test, marked or not: `make check` leaves them out.
@@ -70,6 +88,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
         if "jp_serverapp" in fixtures:
             item.add_marker(pytest.mark.integration)
+    rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
 
 @pytest.fixture(autouse=True)

@@ -4,13 +4,17 @@ flagged while answerable ones are not, and results come one per file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
+import nbmemory
 from nbmemory import Memory, PipelineConfig
+from nbmemory.config import cache_folder
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
+from nbmemory.eval.cache import CachedEmbedder
 
 NOTES = Path(__file__).resolve().parents[1] / "data" / "til"
 
@@ -55,11 +59,26 @@ NEAR_MISS = [
 JUDGED = Path(__file__).resolve().parents[2] / "bench" / "data" / "notes-queries.jsonl"
 
 
+def remembered(embedder: SentenceTransformerEmbedder) -> CachedEmbedder:
+    """The model, with the vectors it made for these notes kept between test runs.
+
+    A first run embeds every chunk and sentence window (about seven minutes on one core); a later
+    one only the texts not seen before. The cache is keyed by the model's fingerprint and by the
+    code that turns a text into a vector (``nbmemory/embed``): a change to either embeds afresh.
+    What these tests check, search on what the real model made of real notes, is the same either
+    way; the model's own indexing runs in every other real-model test and in a first run.
+    """
+    code = hashlib.sha256()
+    for file in sorted((Path(nbmemory.__file__).parent / "embed").glob("*.py")):
+        code.update(file.read_bytes())
+    return CachedEmbedder(embedder, f"tests-til-{code.hexdigest()[:12]}", root=cache_folder("tests"))
+
+
 @pytest.fixture(scope="module")
 def notes_memory(
     tmp_path_factory: pytest.TempPathFactory, real_embedder: SentenceTransformerEmbedder
 ) -> Memory:
-    mem = Memory(tmp_path_factory.mktemp("til") / "m.duckdb", embedder=real_embedder)
+    mem = Memory(tmp_path_factory.mktemp("til") / "m.duckdb", embedder=remembered(real_embedder))
     report = mem.index(NOTES)
     assert report.files_changed == 882 and not report.skipped
     return mem
