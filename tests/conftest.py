@@ -60,22 +60,31 @@ class CountingEmbedder:
         return self.inner.embed_query(text)  # type: ignore[attr-defined]
 
 
-# The modules that take longest, longest first (seconds in a full `make test` on 2 cores,
-# `--durations=0`, summed per module). Test processes take modules in collection order
-# (`--dist loadscope`), so these go first: a long module that starts last keeps one core busy
-# while the other waits, as the real-notes index did (about two minutes of the run).
+# The modules that take longest, longest first (seconds summed per module from `--durations=0` of
+# a full `make test` on 2 cores; the real-notes index is ~450 s on a first run, ~20 s once its
+# vectors are cached). Test processes take modules in collection order (`--dist loadscope`), so
+# these go first: a long module that starts last keeps one core busy while the other waits.
 LONGEST_FIRST = (
-    "tests/search/test_real_notes.py",  # 452
-    "tests/test_wheel.py",  # 221
-    "tests/server/test_ui_lab.py",  # 172
-    "tests/test_magics.py",  # 131
-    "tests/reliability/test_crash.py",  # 120
-    "tests/server/test_ui_notebook.py",  # 91
-    "tests/server/test_ui_progress.py",  # 85
-    "tests/tune/test_tune_memory.py",  # 82
-    "tests/test_warm_owner.py",  # 57
-    "tests/server/test_handlers.py",  # 56
+    "tests/search/test_real_notes.py",  # 452 (first run)
+    "tests/test_wheel.py",  # 219
+    "tests/server/test_ui_lab.py",  # 180
+    "tests/reliability/test_crash.py",  # 112
+    "tests/test_magics.py",  # 112
+    "tests/server/test_ui_notebook.py",  # 93
+    "tests/server/test_ui_progress.py",  # 75
+    "tests/test_warm_owner.py",  # 70
+    "tests/tune/test_tune_memory.py",  # 66
+    "tests/test_mcp.py",  # 46
+    "tests/search/test_hot.py",  # 45
+    "tests/tune/test_memtune_magic.py",  # 43
+    "tests/server/test_handlers.py",  # 40
+    "tests/server/test_ui.py",  # 36
+    "tests/reliability/test_bad_input.py",  # 33
+    "tests/test_fts_tokenizer.py",  # 31
+    "tests/test_memory.py",  # 28
 )
+if _gone := [m for m in LONGEST_FIRST if not (Path(__file__).parents[1] / m).exists()]:
+    raise RuntimeError(f"tests/conftest.py LONGEST_FIRST names modules that are gone: {_gone}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
