@@ -230,9 +230,15 @@ class ConvexFusion:
         if mass <= 0 or not bm25.terms:
             return scaled
         idf, _ = query_idfs(self.db, bm25)
+        # Hundreds of candidates hold a few distinct combinations of the query's terms: each
+        # combination's share is summed once (keyed in iteration order, so each sum is the same).
+        shares: dict[tuple[str, ...], float] = {}
         for item, terms in bm25.matched.items():
             if item in scaled:
-                held = sum(idf[t][0] for t in terms if t in idf) / mass
+                key = tuple(terms)
+                held = shares.get(key)
+                if held is None:
+                    held = shares[key] = sum(idf[t][0] for t in key if t in idf) / mass
                 scaled[item] = max(scaled[item], held)
         if self.config.literal and evidence is not None and evidence.identifiers:
             self._literal_identifiers(scaled, bm25, evidence, idf)

@@ -78,8 +78,9 @@ class BM25Scores:
         flags = np.zeros(len(self.ids), dtype=bool)
         for term, held in self.term_rows.items():
             flags[held] = True
-            for r in rows[flags[rows]]:
-                matched.setdefault(int(self.ids[r]), set()).add(term)
+            # Python ints once per term (indexing a numpy array per row costs more than the set work).
+            for chunk_id in self.ids[rows[flags[rows]]].tolist():
+                matched.setdefault(chunk_id, set()).add(term)
             flags[held] = False
         return matched
 
@@ -90,7 +91,7 @@ class BM25Scores:
         wanted = np.asarray(chunk_ids, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
         rows = at[(self.ids[at] == wanted) & self.holds[at]]
-        return {int(self.ids[r]): float(self.scores[r]) for r in rows}, self.matched(rows)
+        return dict(zip(self.ids[rows].tolist(), self.scores[rows].tolist(), strict=True)), self.matched(rows)
 
 
 class HotIndex:
@@ -398,7 +399,7 @@ class HotIndex:
                 memo[key] = every
         candidates = np.flatnonzero(every.holds)
         top = _top(candidates, every.scores[candidates], every.ids, limit)
-        ranked = [(int(every.ids[r]), float(every.scores[r])) for r in top]
+        ranked = list(zip(every.ids[top].tolist(), every.scores[top].tolist(), strict=True))
         return ranked, every.matched(top), every
 
     def _bm25_scores(self, db: Database, terms: list[str], allowed: np.ndarray | None) -> BM25Scores:
@@ -467,7 +468,7 @@ class HotIndex:
         head = _top(rows, scores, ids, limit + RESCORE_MARGIN)
         exact = cosine64(mat[head], query)
         order = _top(np.arange(len(head)), exact, ids[head], limit)
-        return [(int(ids[head[j]]), float(exact[j])) for j in order]
+        return list(zip(ids[head[order]].tolist(), exact[order].tolist(), strict=True))
 
     def _scan(self, query: np.ndarray, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Candidate rows and their float32 cosines to ``query``."""

@@ -83,7 +83,8 @@ def fetch_rows(db: Database, ids: list[int], row: type[R]) -> dict[int, R]:
     held = preloaded(db) or {}
     out: dict[int, R] = {}
     missing = []
-    for i in map(int, ids):
+    ids = list(map(int, ids))
+    for i in ids:
         got = cache.get(i)
         if got is None and i not in db.dirty_rows:
             got = held.get(i)
@@ -102,4 +103,4 @@ def fetch_rows(db: Database, ids: list[int], row: type[R]) -> dict[int, R]:
         for values in found:
             cache[int(values[0])] = CandidateRow(*values)
             out[int(values[0])] = cache[int(values[0])]  # type: ignore[assignment]
-    return {int(i): out[int(i)] for i in ids if int(i) in out}
+    return {i: out[i] for i in ids if i in out}
