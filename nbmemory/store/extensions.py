@@ -9,6 +9,7 @@ checked again, and DuckDB refuses it when its signature does not match.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.resources
 import os
@@ -22,6 +23,7 @@ from nbmemory.errors import StoreError
 _PACKAGES = {"fts": "duckdb_extension_fts", "vss": "duckdb_extension_vss"}
 
 
+@functools.cache  # one lookup per process: every store open asks (a missing package raises, uncached)
 def extension_path(name: str) -> Path:
     """Path of the ``name`` extension file matching the installed duckdb version."""
     package = _PACKAGES[name]
