@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -179,3 +181,13 @@ def sql_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(vectors, "IN_MEMORY", False)
     monkeypatch.setenv("NBMEMORY_HOT", "0")
+
+
+@pytest.fixture
+def run_on_server(jp_asyncio_loop: Any) -> Callable[[Awaitable[Any]], Any]:
+    """Runs an awaitable on the test Jupyter server's event loop (for tests whose modules import
+    pytest-jupyter's fixtures). The loop is made this thread's current loop first: ``jp_fetch``
+    makes its future before the loop runs, on the current loop, and an earlier test in the same
+    process (an ``asyncio.run``, an ``anyio.run``) may have left none."""
+    asyncio.set_event_loop(jp_asyncio_loop)
+    return jp_asyncio_loop.run_until_complete

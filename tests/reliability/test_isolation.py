@@ -23,7 +23,7 @@ import random
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -584,12 +584,12 @@ def jp_server_config(data: Dataset) -> Iterator[Config]:
         memory.close()
 
 
-def test_rest_search_and_related_keep_to_ns(jp_fetch: Any, jp_asyncio_loop: Any, data: Dataset) -> None:
+def test_rest_search_and_related_keep_to_ns(
+    jp_fetch: Any, run_on_server: Callable[[Any], Any], data: Dataset
+) -> None:
     # pytest-jupyter's async-test hook lives in its conftest plugin: drive the server's loop here.
     def get(*parts: str, params: dict[str, Any]) -> Any:
-        response = jp_asyncio_loop.run_until_complete(
-            jp_fetch("nbmemory", *parts, params=params, method="GET")
-        )
+        response = run_on_server(jp_fetch("nbmemory", *parts, params=params, method="GET"))
         return json.loads(response.body)
 
     rng = random.Random(11)

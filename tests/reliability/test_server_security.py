@@ -83,9 +83,9 @@ def jp_server_config(tmp_path: Path, request: pytest.FixtureRequest, empty_store
 
 
 @pytest.fixture
-def run(jp_asyncio_loop: Any) -> Callable[[Any], Any]:
+def run(run_on_server: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Run a coroutine on the server's loop (pytest-jupyter's async hook lives in its conftest)."""
-    return lambda coro: jp_asyncio_loop.run_until_complete(coro)
+    return run_on_server
 
 
 @pytest.fixture
