@@ -46,6 +46,7 @@ from bench.lib.corpus import load_chunks, load_queries
 from bench.lib.measure import dist, loadavg, log
 from bench.lib.paths import RESULTS
 from nbmemory.embed.base import EmbedderProxy
+from nbmemory.live import SLICE_FILES
 
 SECTIONS = 5
 POLL = 0.01
@@ -193,11 +194,14 @@ def lab_source(mem: Any, corpus: Path, saves: int) -> dict[str, Any]:
     return asyncio.run(run())
 
 
-def burst(mem: Any, corpus: Path, counting: CountingEmbedder, size: int) -> dict[str, Any]:
-    """``size`` files rewritten unchanged, then ``size`` files changed, searches running throughout."""
+def burst(
+    mem: Any, corpus: Path, counting: CountingEmbedder, size: int, slice_files: int = SLICE_FILES
+) -> dict[str, Any]:
+    """``size`` files rewritten unchanged, then ``size`` files changed, searches running throughout;
+    the live indexer writes ``slice_files`` files per ``index`` call."""
     from nbmemory.live import ChangeQueue, watch
 
-    queue = ChangeQueue(mem, source="watch")
+    queue = ChangeQueue(mem, source="watch", slice_files=slice_files)
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(target=watch, args=(queue, [corpus], stop, ready), daemon=True)
     thread.start()
@@ -286,7 +290,7 @@ def run_config(name: str, chunks: int, args: argparse.Namespace) -> dict[str, An
         result["lab"] = lab_source(mem, corpus, saves)
         log(f"{name} lab: {result['lab']}")
         if not real and args.burst:
-            result["burst"] = burst(mem, corpus, counting, args.burst)
+            result["burst"] = burst(mem, corpus, counting, args.burst, args.slice_files)
         result["loadavg_end"] = loadavg()
         mem.close()
     finally:
@@ -306,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--saves", type=int, default=30)
     parser.add_argument("--real-saves", type=int, default=12)
     parser.add_argument("--burst", type=int, default=1000, help="files in the burst (0: none)")
+    parser.add_argument(
+        "--slice-files",
+        type=int,
+        default=SLICE_FILES,
+        help=f"files per index call in the burst (default {SLICE_FILES})",
+    )
     parser.add_argument("--max-build-seconds", type=float, default=600)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -103,6 +103,10 @@ class Retrieved:
     symbol_idf:
         The terms of ``terms`` that are symbols (:mod:`nbmemory.search.symbols`), not in the
         index -> (IDF, document frequency) as the retriever counted them.
+    idf:
+        The other terms -> (IDF, document frequency), and the IDF of a term no item holds, read
+        in the same hold of the store as the scores; ``None`` when the retriever did not read
+        them (:func:`nbmemory.search.evidence.query_idfs` reads them then).
     """
 
     ranked: list[tuple[int, float]]
@@ -112,6 +116,7 @@ class Retrieved:
     matched: dict[int, set[str]] = field(default_factory=dict)
     score_of: ScoreOf | None = None
     symbol_idf: dict[str, tuple[float, int]] = field(default_factory=dict)
+    idf: tuple[dict[str, tuple[float, int]], float] | None = None
 
     # ``ranked`` is not changed once made (``dataclasses.replace`` makes another answer), so its
     # ids and scores are made once: fusion asks for them once per candidate.

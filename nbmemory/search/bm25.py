@@ -61,6 +61,9 @@ class BM25Retriever:
                 ranked, held, score_of, symbol_idf, found = self._with_symbols(
                     wanted, ranked, held, score_of, depth, where, params
                 )
+            # Read now, in this hold of the store: fusion needs them, and a search that takes
+            # the lock again waits for any write that began meanwhile.
+            idf = _idfs(self.db, index, [t for t in terms if t not in symbol_idf])
         notes: dict[str, object] = {
             "terms": terms,
             "index_rebuilt": rebuilt,
@@ -76,6 +79,7 @@ class BM25Retriever:
             matched=held,
             score_of=score_of,
             symbol_idf=symbol_idf,
+            idf=idf,
         )
 
     def _with_symbols(
@@ -147,7 +151,14 @@ def idfs(db: Database, terms: list[str]) -> tuple[dict[str, tuple[float, int]], 
     """``({term: (IDF, document frequency)}, IDF of a term no document holds)``: the IDFs BM25
     scores with, from the memory-resident index when it serves (:func:`nbmemory.store.fts.idfs`)."""
     with db.lock:
-        index = hot.serving(db)
-        if index is not None:
-            return index.idfs(db, terms)
-    return fts.idfs(db, terms)
+        return _idfs(db, hot.serving(db), terms)
+
+
+def _idfs(
+    db: Database, index: hot.HotIndex | None, terms: list[str]
+) -> tuple[dict[str, tuple[float, int]], float]:
+    """:func:`idfs` with the index already at hand (``None``: it does not serve); the caller
+    holds the store's lock. No terms: only the IDF of a term no document holds."""
+    if not terms:
+        return {}, fts.idf(float(fts.corpus_size(db)), 0.0)
+    return index.idfs(db, terms) if index is not None else fts.idfs(db, terms)

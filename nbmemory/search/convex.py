@@ -18,7 +18,7 @@ import numpy as np
 from nbmemory.search.adaptive import QueryEvidence
 from nbmemory.search.base import Query, Retrieved, retriever_ranks
 from nbmemory.search.evidence import lexical_evidence, query_idfs
-from nbmemory.search.pool import cosines
+from nbmemory.search.pool import cosines, stored_once
 from nbmemory.search.trace import Trace
 from nbmemory.store import passages
 from nbmemory.store.db import Database
@@ -287,10 +287,11 @@ class ConvexFusion:
                     scaled[item] *= 1.0 - lost / held
 
     def _cosines(self, query: Query, got: Retrieved, ids: list[int]) -> dict[int, float]:
-        """Cosine similarity to the query of every candidate (the vector side's own, else exact)."""
+        """Cosine similarity to the query of every candidate (the vector side's own, else exact).
+        Every candidate's stored vector is read here in one go, for the pool after fusion too."""
         if all(i in got.scores for i in ids):
             return dict(got.scores)
-        return cosines(self.db, query.vector(), ids, got.scores)
+        return cosines(self.db, query.vector(), ids, got.scores, stored_once(self.db, ids, query.memo))
 
     def _passage_cosines(self, query: Query, cosine: dict[int, float]) -> tuple[dict[int, float], int]:
         """Each candidate's cosine raised to its best passage's (:mod:`nbmemory.store.passages`),

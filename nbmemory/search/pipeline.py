@@ -131,7 +131,7 @@ class SearchPipeline:
         if config.group and saturated and depth < MAX_GROUP_DEPTH and self._few_sources(found, k, pool_size):
             return None, trace
         evidence, order = self._fuse(q, found, k, trace, pool_size)
-        pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None)
+        pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None, q.memo)
         if config.reranker:
             order = self._rerank(text, order, found, pool, trace)
         if config.recency:

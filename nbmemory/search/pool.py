@@ -4,6 +4,7 @@ stage asks for it, and exact cosines to the query."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -27,12 +28,39 @@ def _unit_rows(vecs: dict[int, np.ndarray]) -> tuple[list[int], np.ndarray]:
     return keys, mat / np.where(norms > 0, norms, 1.0)
 
 
-def cosines(db: Database, qvec: np.ndarray, ids: list[int], known: Mapping[int, float]) -> dict[int, float]:
-    """``known`` cosines plus the exact cosine to ``qvec`` of the ``ids`` it lacks (vectors fetched once)."""
+#: Where a search keeps the stored vectors it has read, in its query's memo: (ids asked, found).
+_READ = "stored_vectors"
+
+
+def stored_once(db: Database, ids: list[int], memo: dict[Any, Any] | None) -> dict[int, np.ndarray]:
+    """The stored vectors of ``ids``; those this search (``memo``: its query's store) has not
+    asked for yet are read in one hold of the store, the others come from the memo. Fusion reads
+    every candidate's here and the pool then finds them: a search that takes the store's lock
+    once less waits once less for a write. ``memo`` None: all read now."""
+    if memo is None:
+        return stored(db, ids)
+    asked, found = memo.setdefault(_READ, (set(), {}))
+    new = [i for i in ids if i not in asked]
+    if new:
+        found.update(stored(db, new))
+        asked.update(new)
+    return {i: found[i] for i in ids if i in found}
+
+
+def cosines(
+    db: Database,
+    qvec: np.ndarray,
+    ids: list[int],
+    known: Mapping[int, float],
+    vectors: Mapping[int, np.ndarray] | None = None,
+) -> dict[int, float]:
+    """``known`` cosines plus the exact cosine to ``qvec`` of the ``ids`` it lacks (their stored
+    vectors taken from ``vectors`` when given, else fetched once)."""
     out = dict(known)
     missing = [i for i in ids if i not in out]
     if missing:
-        keys, unit = _unit_rows(stored(db, missing))
+        found = stored(db, missing) if vectors is None else {i: vectors[i] for i in missing if i in vectors}
+        keys, unit = _unit_rows(found)
         if keys:
             out.update(zip(keys, (unit @ _unit(qvec)).tolist(), strict=True))
     return out
@@ -45,10 +73,13 @@ class Pool:
     stops early (the walk of :meth:`SearchPipeline._walk`) reads only the head of the pool.
     """
 
-    def __init__(self, db: Database, ids: list[int], qvec: np.ndarray | None) -> None:
+    def __init__(
+        self, db: Database, ids: list[int], qvec: np.ndarray | None, memo: dict[Any, Any] | None = None
+    ) -> None:
         self.db = db
         self.ids = ids
         self.qvec = qvec
+        self.memo = memo  # the query's: vectors fusion read already (:func:`stored_once`)
         self._vectors: dict[int, np.ndarray] = {}
         self._vectors_read: set[int] = set()
         self._rows: dict[int, CandidateRow] = {}
@@ -59,7 +90,7 @@ class Pool:
         wanted = self.ids if ids is None else ids
         missing = [i for i in wanted if i not in self._vectors_read]
         if missing:
-            keys, unit = _unit_rows(stored(self.db, missing))
+            keys, unit = _unit_rows(stored_once(self.db, missing, self.memo))
             self._vectors.update(zip(keys, unit, strict=True))
             self._vectors_read.update(missing)
         if ids is None:

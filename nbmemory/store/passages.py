@@ -357,7 +357,13 @@ def _load(db: Database, fingerprint: str, loading: _Loading) -> None:
 def _held(db: Database, fingerprint: str) -> dict[str, np.ndarray] | None:
     """Every passage of this model, by content hash: read once per open file, then kept up to date
     by :func:`fill` (the only writer) and dropped by :func:`keep_only`. Above
-    :data:`SYNC_LOAD_ROWS` the read runs in a background thread, and this is None until it ends."""
+    :data:`SYNC_LOAD_ROWS` the read runs in a background thread, and this is None until it ends.
+
+    Once read, the copy is taken without the store's lock (as it was always read: outside it),
+    so a search does not wait here for a write that holds the lock."""
+    held = db.passage_cache.get(fingerprint)
+    if isinstance(held, dict):
+        return held
     with db.lock:
         held = db.passage_cache.get(fingerprint)
         if held is None:

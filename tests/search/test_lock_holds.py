@@ -1,0 +1,70 @@
+"""How often one search takes the store's lock: each time is a chance to wait for a whole write
+transaction of the live indexer beside it (docs/guide/live.md). Fusion's IDFs come with BM25's
+scores, and the candidates' stored vectors are read once for fusion and the pool."""
+
+from __future__ import annotations
+
+import threading
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbmemory import Memory
+from nbmemory.search import pool
+
+QUERIES = ["kafka consumer lag", "how do I deploy to staging", "INC-2307 s3 export 403", "rotate the aws key"]
+
+
+class CountingLock:
+    """The store's lock, counting the outermost acquisitions made while :attr:`on`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self.on = False
+        self.taken = 0
+
+    def acquire(self, *args: Any) -> bool:
+        self._lock.acquire(*args)
+        if self._depth == 0 and self.on:
+            self.taken += 1
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        self._lock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.fixture
+def sample_mem(fake_mem: Memory) -> Memory:
+    fake_mem.index(Path(str(files("nbmemory") / "sample_corpus")))
+    for query in QUERIES:  # the memory-resident index and the passages are read by the first ones
+        fake_mem.search(query, log=False)
+    return fake_mem
+
+
+def test_a_search_takes_the_store_lock_once_per_retriever_and_once_for_vectors(
+    sample_mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = CountingLock()
+    monkeypatch.setattr(sample_mem.db, "lock", lock)
+    reads: list[int] = []
+    stored = pool.stored
+    monkeypatch.setattr(pool, "stored", lambda db, ids: reads.append(len(ids)) or stored(db, ids))
+    for query in QUERIES:
+        lock.on, lock.taken, reads[:] = True, 0, []
+        result = sample_mem.search(query, log=False)
+        lock.on = False
+        passes = result.trace.passes
+        assert result.hits
+        # BM25 (its IDFs in the same hold), the vector scan, the candidates' vectors: per pass.
+        assert lock.taken <= 3 * passes, (query, lock.taken, passes)
+        assert len(reads) <= passes, (query, reads)
