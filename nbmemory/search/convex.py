@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from nbmemory.search.config import PipelineConfig
 
 K = TypeVar("K", bound=Hashable)
+
+#: Candidates up to which fusion reads every candidate's stored vector with those it lacks
+#: (copies of 1,500 rows of 384 floats and their dict took 0.7 ms here; a notebook search's first
+#: pass fuses about 300); past that, a deep grouped pass, only those it lacks.
+READ_WITH_MISSING = 500
 Ranked = list[tuple[int, float]]
 
 
@@ -288,10 +293,13 @@ class ConvexFusion:
 
     def _cosines(self, query: Query, got: Retrieved, ids: list[int]) -> dict[int, float]:
         """Cosine similarity to the query of every candidate (the vector side's own, else exact).
-        Every candidate's stored vector is read here in one go, for the pool after fusion too."""
+        When some must be read, every candidate's stored vector is read with them (up to
+        :data:`READ_WITH_MISSING` candidates; a deeper pass reads only those it lacks): the pool
+        after fusion finds them in the query's memo instead of taking the store's lock again."""
         if all(i in got.scores for i in ids):
             return dict(got.scores)
-        return cosines(self.db, query.vector(), ids, got.scores, stored_once(self.db, ids, query.memo))
+        wanted = ids if len(ids) <= READ_WITH_MISSING else [i for i in ids if i not in got.scores]
+        return cosines(self.db, query.vector(), ids, got.scores, stored_once(self.db, wanted, query.memo))
 
     def _passage_cosines(self, query: Query, cosine: dict[int, float]) -> tuple[dict[int, float], int]:
         """Each candidate's cosine raised to its best passage's (:mod:`nbmemory.store.passages`),

@@ -28,18 +28,21 @@ def _unit_rows(vecs: dict[int, np.ndarray]) -> tuple[list[int], np.ndarray]:
     return keys, mat / np.where(norms > 0, norms, 1.0)
 
 
-#: Where a search keeps the stored vectors it has read, in its query's memo: (ids asked, found).
+#: Where a search keeps the stored vectors it has read, in its query's memo: (ids asked, found),
+#: under this name and the store's count of full rebuilds (a re-embed swap between two passes
+#: makes them stale).
 _READ = "stored_vectors"
 
 
 def stored_once(db: Database, ids: list[int], memo: dict[Any, Any] | None) -> dict[int, np.ndarray]:
-    """The stored vectors of ``ids``; those this search (``memo``: its query's store) has not
-    asked for yet are read in one hold of the store, the others come from the memo. Fusion reads
-    every candidate's here and the pool then finds them: a search that takes the store's lock
-    once less waits once less for a write. ``memo`` None: all read now."""
+    """The stored vectors of ``ids`` (in that order); those this search (``memo``: its query's
+    store) has not asked for yet are read together (one hold of the store's lock when the
+    memory-resident index serves), the others come from the memo. Fusion reads the candidates'
+    here and the pool then finds them: a search that takes the lock once less waits once less
+    for a write. ``memo`` None: all read now."""
     if memo is None:
         return stored(db, ids)
-    asked, found = memo.setdefault(_READ, (set(), {}))
+    asked, found = memo.setdefault((_READ, db.rebuilds), (set(), {}))
     new = [i for i in ids if i not in asked]
     if new:
         found.update(stored(db, new))
@@ -55,7 +58,9 @@ def cosines(
     vectors: Mapping[int, np.ndarray] | None = None,
 ) -> dict[int, float]:
     """``known`` cosines plus the exact cosine to ``qvec`` of the ``ids`` it lacks (their stored
-    vectors taken from ``vectors`` when given, else fetched once)."""
+    vectors taken from ``vectors`` when given, else fetched once), computed in the order of
+    ``ids``. (Fetched from the table, not the memory-resident index, they used to come in the
+    table's order: float32 products may round the last bit of a cosine by its row's place.)"""
     out = dict(known)
     missing = [i for i in ids if i not in out]
     if missing:

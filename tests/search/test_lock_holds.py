@@ -5,6 +5,7 @@ scores, and the candidates' stored vectors are read once for fusion and the pool
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,12 @@ import pytest
 
 from nbmemory import Memory
 from nbmemory.search import pool
+from nbmemory.search.base import Query
+from nbmemory.search.bm25 import BM25Retriever
+from nbmemory.search.bm25 import idfs as bm25_idfs
+from nbmemory.search.evidence import query_idfs
+from nbmemory.search.filters import Filters
+from nbmemory.store import vectors
 
 QUERIES = ["kafka consumer lag", "how do I deploy to staging", "INC-2307 s3 export 403", "rotate the aws key"]
 
@@ -44,7 +51,10 @@ class CountingLock:
 
 
 @pytest.fixture
-def sample_mem(fake_mem: Memory) -> Memory:
+def sample_mem(fake_mem: Memory, monkeypatch: pytest.MonkeyPatch) -> Memory:
+    # The memory-resident index serves (the default), whatever the environment says.
+    monkeypatch.setattr(vectors, "IN_MEMORY", True)
+    monkeypatch.delenv("NBMEMORY_HOT", raising=False)
     fake_mem.index(Path(str(files("nbmemory") / "sample_corpus")))
     for query in QUERIES:  # the memory-resident index and the passages are read by the first ones
         fake_mem.search(query, log=False)
@@ -68,3 +78,14 @@ def test_a_search_takes_the_store_lock_once_per_retriever_and_once_for_vectors(
         # BM25 (its IDFs in the same hold), the vector scan, the candidates' vectors: per pass.
         assert lock.taken <= 3 * passes, (query, lock.taken, passes)
         assert len(reads) <= passes, (query, reads)
+
+
+def test_the_idfs_read_with_bm25s_scores_equal_those_read_afresh(sample_mem: Memory) -> None:
+    for text in [*QUERIES, "nothing like this zzyzx", "the"]:
+        got = BM25Retriever(sample_mem.db).retrieve(Query(text, None), 50, Filters())
+        assert got.idf is not None
+        words = [t for t in got.terms if t not in got.symbol_idf]
+        afresh = bm25_idfs(sample_mem.db, words) if words else None
+        if afresh is not None:
+            assert got.idf == afresh, text
+        assert query_idfs(sample_mem.db, got) == query_idfs(sample_mem.db, replace(got, idf=None)), text
