@@ -9,8 +9,9 @@ lab      `jupyter labextension list`: nbmemory enabled and OK (the prebuilt exte
 browser  jupyterlab.browser_check on Debian's Chromium (tools/browser_check.py)
 magics   `%load_ext nbmemory` in IPython registers the %mem* magics
 demo     `nbmemory demo` on the bundled model and sample corpus
-rebuild  `npm ci` and a production build of labextension/ (npm registry); fails when the result
-         differs from the extension the wheel installed, that is when the committed one is stale
+rebuild  `npm ci` (started first, beside the other steps) and a production build of labextension/
+         (npm registry); fails when the result differs from the extension the wheel installed,
+         that is when the committed one is stale
 
 Everything runs outside the checkout, with PYTHONPATH unset and Jupyter's and nbmemory's folders
 inside the work folder, so nothing from the repository or the user's setup can stand in for what
@@ -82,52 +83,89 @@ def check(work: Path, steps: list[str]) -> None:
         JUPYTERLAB_SETTINGS_DIR=str(work / "jupyter" / "lab-settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(work / "jupyter" / "lab-workspaces"),
     )
-    for step in steps:
-        print(f"\n== {step}", flush=True)
-        t0 = time.monotonic()
-        if step == "build":
-            shutil.rmtree(dist, ignore_errors=True)
-            run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], env, work)
-            print("built:", ", ".join(sorted(p.name for p in dist.iterdir())))
-        elif step == "install":
-            shutil.rmtree(venv, ignore_errors=True)
-            (wheel,) = dist.glob("nbmemory-*.whl")
-            run([sys.executable, "-m", "venv", str(venv)], env, work)
-            lock = str(REPO / "requirements.lock")
-            run(
-                [str(bin_ / "pip"), "install", "-q", "--no-compile", "-c", lock, str(wheel), "jupyterlab", "playwright"],
-                env,
-                work,
-            )
-        elif step == "server":
-            out = run([str(bin_ / "jupyter"), "server", "extension", "list"], env, work)
-            expect(r"nbmemory\s+enabled", out, "server extension not enabled")
-            expect(r"nbmemory\s+\S+\s+OK", out, "server extension not OK")
-        elif step == "lab":
-            out = run([str(bin_ / "jupyter"), "labextension", "list"], env, work)
-            expect(r"nbmemory\s+v\S+\s+enabled\s+OK", out, "lab extension not enabled and OK")
-        elif step == "browser":
-            # Root in a container (CI): jupyter_server refuses to run as root unless told.
-            root = ["--allow-root"] if os.geteuid() == 0 else []
-            browser = [str(bin_ / "python"), str(REPO / "tools" / "browser_check.py"), *root]
-            out = run(browser, env, work, timeout=600)
-            expect(r"Browser test complete", out, "the browser check did not finish")
-        elif step == "magics":
-            out = run([str(bin_ / "python"), "-c", MAGICS], env, work)
-            expect(rf"loaded {re.escape(str(venv))}/lib/", out, "nbmemory was not imported from the venv")
-        elif step == "demo":
-            run([str(bin_ / "nbmemory"), "-q", "demo"], env, work)
-        elif step == "rebuild":
-            shutil.rmtree(src, ignore_errors=True)
-            skip = shutil.ignore_patterns("node_modules", "lib", "tsconfig.tsbuildinfo")
-            shutil.copytree(REPO / "labextension", src / "labextension", ignore=skip)
-            # check-built.sh compares with ../nbmemory/labextension: here, what the wheel installed.
-            shutil.copytree(
-                venv / "share" / "jupyter" / "labextensions" / "nbmemory", src / "nbmemory" / "labextension"
-            )
-            run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], env, src / "labextension")
-            run(["sh", "check-built.sh"], {**env, "PYTHON": str(bin_ / "python")}, src / "labextension")
-        print(f"ok: {step} ({time.monotonic() - t0:.0f} s)", flush=True)
+    # npm ci reads only labextension/: it runs beside the build, the install and the other steps
+    # (mostly waiting on files), and the rebuild step waits for it.
+    npm = start_npm_ci(src, env, work) if "rebuild" in steps else None
+    try:
+        for step in steps:
+            run_step(step, work, env, venv, dist, src, bin_, npm)
+    finally:
+        if npm is not None and npm[0].poll() is None:
+            npm[0].kill()
+            npm[0].wait()
+
+
+def start_npm_ci(src: Path, env: dict[str, str], work: Path) -> tuple[subprocess.Popen[bytes], float]:
+    """``npm ci`` in a copy of labextension/ (its log in ``npm-ci.log``), started now, and when."""
+    shutil.rmtree(src, ignore_errors=True)
+    skip = shutil.ignore_patterns("node_modules", "lib", "tsconfig.tsbuildinfo")
+    shutil.copytree(REPO / "labextension", src / "labextension", ignore=skip)
+    cmd = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+    print("$ (started beside the other steps)", " ".join(cmd), flush=True)
+    with (work / "npm-ci.log").open("w") as log:  # the child keeps its own copy of the handle
+        proc = subprocess.Popen(cmd, env=env, cwd=src / "labextension", stdout=log, stderr=subprocess.STDOUT)
+    return proc, time.monotonic()
+
+
+def run_step(
+    step: str,
+    work: Path,
+    env: dict[str, str],
+    venv: Path,
+    dist: Path,
+    src: Path,
+    bin_: Path,
+    npm: tuple[subprocess.Popen[bytes], float] | None,
+) -> None:
+    """One step of :data:`STEPS`; raises :class:`CheckFailed` when it fails."""
+    print(f"\n== {step}", flush=True)
+    t0 = time.monotonic()
+    if step == "build":
+        shutil.rmtree(dist, ignore_errors=True)
+        run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], env, work)
+        print("built:", ", ".join(sorted(p.name for p in dist.iterdir())))
+    elif step == "install":
+        shutil.rmtree(venv, ignore_errors=True)
+        (wheel,) = dist.glob("nbmemory-*.whl")
+        run([sys.executable, "-m", "venv", str(venv)], env, work)
+        lock = str(REPO / "requirements.lock")
+        run(
+            [str(bin_ / "pip"), "install", "-q", "--no-compile", "-c", lock, str(wheel), "jupyterlab", "playwright"],
+            env,
+            work,
+        )
+    elif step == "server":
+        out = run([str(bin_ / "jupyter"), "server", "extension", "list"], env, work)
+        expect(r"nbmemory\s+enabled", out, "server extension not enabled")
+        expect(r"nbmemory\s+\S+\s+OK", out, "server extension not OK")
+    elif step == "lab":
+        out = run([str(bin_ / "jupyter"), "labextension", "list"], env, work)
+        expect(r"nbmemory\s+v\S+\s+enabled\s+OK", out, "lab extension not enabled and OK")
+    elif step == "browser":
+        # Root in a container (CI): jupyter_server refuses to run as root unless told.
+        root = ["--allow-root"] if os.geteuid() == 0 else []
+        browser = [str(bin_ / "python"), str(REPO / "tools" / "browser_check.py"), *root]
+        out = run(browser, env, work, timeout=600)
+        expect(r"Browser test complete", out, "the browser check did not finish")
+    elif step == "magics":
+        out = run([str(bin_ / "python"), "-c", MAGICS], env, work)
+        expect(rf"loaded {re.escape(str(venv))}/lib/", out, "nbmemory was not imported from the venv")
+    elif step == "demo":
+        run([str(bin_ / "nbmemory"), "-q", "demo"], env, work)
+    elif step == "rebuild":
+        assert npm is not None  # started by check() whenever this step is asked for
+        code = npm[0].wait(timeout=1800)
+        print((work / "npm-ci.log").read_text(errors="replace").rstrip()[-4000:], flush=True)
+        print(f"npm ci: exit {code}, {time.monotonic() - npm[1]:.0f} s since it started", flush=True)
+        if code != 0:
+            raise CheckFailed(f"npm ci exited with {code}")
+        # check-built.sh compares with ../nbmemory/labextension: here, what the wheel installed.
+        shutil.rmtree(src / "nbmemory", ignore_errors=True)
+        shutil.copytree(
+            venv / "share" / "jupyter" / "labextensions" / "nbmemory", src / "nbmemory" / "labextension"
+        )
+        run(["sh", "check-built.sh"], {**env, "PYTHON": str(bin_ / "python")}, src / "labextension")
+    print(f"ok: {step} ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
