@@ -14,19 +14,12 @@ from nbmemory.store.db import Database
 def query_idfs(db: Database, bm25: Retrieved) -> tuple[dict[str, tuple[float, int]], float]:
     """BM25's query terms -> (IDF, document frequency), symbols as the retriever counted
     them, and the IDF of a term no item holds."""
-    if bm25.idf is not None:  # read by the retriever with its scores
-        return {**bm25.idf[0], **bm25.symbol_idf}, bm25.idf[1]
-    words = [t for t in bm25.terms if t not in bm25.symbol_idf]
-    if words:
-        idf, unseen = bm25_idfs(db, words)
-    else:
-        idf, unseen = {}, fts.idf(float(fts.corpus_size(db)), 0.0)
+    # Read by the retriever with its scores; else now (symbols are not in the index).
+    idf, unseen = bm25.idf or bm25_idfs(db, [t for t in bm25.terms if t not in bm25.symbol_idf])
     return {**idf, **bm25.symbol_idf}, unseen
 
 
-def lexical_evidence(
-    db: Database, query: str, bm25: Retrieved | None, strength: float
-) -> QueryEvidence | None:
+def lexical_evidence(db: Database, query: str, bm25: Retrieved | None, strength: float) -> QueryEvidence | None:
     """Lexical evidence and adaptive weights; None when BM25 did not run."""
     if bm25 is None:
         return None
