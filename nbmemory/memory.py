@@ -381,7 +381,8 @@ class Memory:
             # search_log.k is an INTEGER and the retrievers fetch a multiple of k as a BIGINT.
             raise ConfigError(f"k must be at most {MAX_K}, got {k}")
         embedder = self._require_model_match()
-        result = SearchPipeline(self.db, embedder, config or self.pipeline_config).run(query, k, filters)
+        with self.db.searching():
+            result = SearchPipeline(self.db, embedder, config or self.pipeline_config).run(query, k, filters)
         if log:
             ms = (time.perf_counter() - started) * 1000
             self._search_log.record(result.query, None if filters.empty else repr(filters), k, result.ids, ms)

@@ -24,7 +24,42 @@ from nbmemory.store.migrations import MIGRATIONS, SCHEMA_VERSION
 _READ = re.compile(r"\s*(SELECT|WITH|EXPLAIN|SET|DESCRIBE|SHOW)\b", re.IGNORECASE)
 
 CATALOG = "mem"
+#: Longest a write transaction waits for the searches in flight before it starts (seconds): a
+#: search that began during a write waits for that transaction only, not for every one after it.
+YIELD_S = 0.1
 _LOCK_RE = re.compile(r"Conflicting lock|Could not set lock|lock on file", re.IGNORECASE)
+
+
+class StoreLock:
+    """The store's lock: reentrant, and it knows whether the calling thread holds it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None
+        self._lock.release()
+
+    def held(self) -> bool:
+        """Whether this thread holds it."""
+        return self._owner == threading.get_ident()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def utcnow() -> datetime:
@@ -65,7 +100,9 @@ class Database:
     def __init__(self, path: Path | str, read_only: bool = False, own_folder: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
-        self.lock = threading.RLock()
+        self.lock = StoreLock()
+        self._searches: dict[int, int] = {}  # in flight, by thread: see :meth:`searching`
+        self._turn = threading.Condition()
         # Derived facts about the file (index state) that only this process can change.
         self.cache: dict[str, object] = {}
         #: Counts changes of everything a search reads (FTS snapshot rebuilt, vectors swapped):
@@ -219,8 +256,36 @@ class Database:
                 self._private_wal()
 
     @contextmanager
+    def searching(self) -> Iterator[None]:
+        """Around one search: the next write transaction lets it finish first (see
+        :meth:`transaction`). A writer that commits slice after slice would otherwise take the
+        lock again before the waiting search's thread wakes, so one search could wait through
+        several transactions instead of the one under way."""
+        me = threading.get_ident()
+        with self._turn:
+            self._searches[me] = self._searches.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._searches[me] -= 1
+                if not self._searches[me]:
+                    del self._searches[me]
+                    self._turn.notify_all()
+
+    def _yield_to_searches(self) -> None:
+        # Not when this thread holds the lock already: a search waiting for it could not finish.
+        if not self._searches or self.lock.held():
+            return
+        me = threading.get_ident()  # a search of this thread's own waits for nothing
+        with self._turn:
+            self._turn.wait_for(lambda: all(thread == me for thread in self._searches), timeout=YIELD_S)
+
+    @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """BEGIN/COMMIT around the block; ROLLBACK (and re-raise) on any error."""
+        """BEGIN/COMMIT around the block; ROLLBACK (and re-raise) on any error. It begins once
+        the searches in flight have finished, or after :data:`YIELD_S` seconds."""
+        self._yield_to_searches()
         with self.lock:
             self.con.execute("BEGIN TRANSACTION")
             try:

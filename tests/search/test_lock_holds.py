@@ -5,6 +5,7 @@ scores, and the candidates' stored vectors are read once for fusion and the pool
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
@@ -19,6 +20,7 @@ from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.bm25 import idfs as bm25_idfs
 from nbmemory.search.evidence import query_idfs
 from nbmemory.search.filters import Filters
+from nbmemory.store import db as store_db
 from nbmemory.store import vectors
 
 QUERIES = ["kafka consumer lag", "how do I deploy to staging", "INC-2307 s3 export 403", "rotate the aws key"]
@@ -30,6 +32,7 @@ class CountingLock:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._depth = 0
+        self._owner = 0
         self.on = False
         self.taken = 0
 
@@ -38,11 +41,15 @@ class CountingLock:
         if self._depth == 0 and self.on:
             self.taken += 1
         self._depth += 1
+        self._owner = threading.get_ident()
         return True
 
     def release(self) -> None:
         self._depth -= 1
         self._lock.release()
+
+    def held(self) -> bool:  # what the store asks of its lock before a transaction
+        return self._depth > 0 and self._owner == threading.get_ident()
 
     __enter__ = acquire
 
@@ -89,3 +96,40 @@ def test_the_idfs_read_with_bm25s_scores_equal_those_read_afresh(sample_mem: Mem
         if afresh is not None:
             assert got.idf == afresh, text
         assert query_idfs(sample_mem.db, got) == query_idfs(sample_mem.db, replace(got, idf=None)), text
+
+
+def test_a_search_during_back_to_back_writes_waits_for_the_one_under_way_only(
+    sample_mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A writer that commits transaction after transaction (the live indexer in a burst) takes the
+    # lock again as soon as it lets go: without its turn, a search waits for one transaction per
+    # hold, or more. With it, no transaction begins while a search of another thread runs, but
+    # the one that had passed its turn just before the search began.
+    db = sample_mem.db
+    monkeypatch.setattr(store_db, "YIELD_S", 60.0)  # however slow the search on a busy machine
+    stop = threading.Event()
+    begun: list[float] = []
+
+    def write() -> None:
+        while not stop.is_set():
+            with db.transaction() as con:
+                begun.append(time.perf_counter())
+                con.execute("SELECT count(*) FROM chunks").fetchall()
+                time.sleep(0.005)  # a write's work, with the lock held
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        during: list[int] = []
+        for i in range(40):
+            while len(begun) < 2 * (i + 1):  # the writer has gone on meanwhile
+                time.sleep(0.001)
+            start = time.perf_counter()
+            sample_mem.search(QUERIES[i % len(QUERIES)], log=False)
+            end = time.perf_counter()
+            during.append(sum(start < t < end for t in list(begun)))
+    finally:
+        stop.set()
+        writer.join()
+    assert max(during) <= 1, during
+    assert len(begun) > 80  # the writer was not starved either
