@@ -11,8 +11,9 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test test-slow check lint bench docs clean
 
 # Test processes (pytest-xdist): one per core, at most four; a module's tests stay together, so
-# its expensive fixtures (a real index, a Jupyter server) are made once. PARALLEL= runs serially.
-PARALLEL ?= -n auto --maxprocesses 4 --dist loadscope
+# its expensive fixtures (a real index, a Jupyter server) are made once, and the modules are
+# handed out in collection order, longest first (tests/conftest.py). PARALLEL= runs serially.
+PARALLEL ?= -n auto --maxprocesses 4 --dist loadscope --no-loadscope-reorder
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)

@@ -63,27 +63,28 @@ class CountingEmbedder:
 
 
 # The modules that take longest, longest first (seconds summed per module from `--durations=0` of
-# a full `make test` on 2 cores; the real-notes index is ~450 s on a first run, ~20 s once its
-# vectors are cached). Test processes take modules in collection order (`--dist loadscope`), so
-# these go first: a long module that starts last keeps one core busy while the other waits.
+# a full `make test` on 2 cores; the real-notes index is ~450 s on a first run, ~16 s once its
+# vectors are cached). Test processes take modules in this order: the Makefile passes
+# `--no-loadscope-reorder`, without which pytest-xdist hands out the modules with the most tests
+# first, and the wheel check (one test, four minutes) started last, on one core, the other idle.
 LONGEST_FIRST = (
     "tests/search/test_real_notes.py",  # 452 (first run)
-    "tests/test_wheel.py",  # 219
-    "tests/server/test_ui_lab.py",  # 180
-    "tests/reliability/test_crash.py",  # 112
-    "tests/test_magics.py",  # 112
-    "tests/server/test_ui_notebook.py",  # 93
-    "tests/server/test_ui_progress.py",  # 75
-    "tests/test_warm_owner.py",  # 70
-    "tests/tune/test_tune_memory.py",  # 66
-    "tests/test_mcp.py",  # 46
-    "tests/search/test_hot.py",  # 45
-    "tests/tune/test_memtune_magic.py",  # 43
-    "tests/server/test_handlers.py",  # 40
-    "tests/server/test_ui.py",  # 36
-    "tests/reliability/test_bad_input.py",  # 33
-    "tests/test_fts_tokenizer.py",  # 31
-    "tests/test_memory.py",  # 28
+    "tests/test_wheel.py",  # 237
+    "tests/server/test_ui_lab.py",  # 177
+    "tests/test_magics.py",  # 123
+    "tests/reliability/test_crash.py",  # 108
+    "tests/tune/test_tune_memory.py",  # 78
+    "tests/server/test_ui_notebook.py",  # 71
+    "tests/tune/test_memtune_magic.py",  # 67
+    "tests/test_warm_owner.py",  # 60
+    "tests/server/test_ui_progress.py",  # 50
+    "tests/search/test_hot.py",  # 48
+    "tests/test_mcp.py",  # 47
+    "tests/server/test_handlers.py",  # 42
+    "tests/server/test_ui.py",  # 34
+    "tests/test_fts_tokenizer.py",  # 34
+    "tests/test_memory.py",  # 29
+    "tests/reliability/test_bad_input.py",  # 29
 )
 if _gone := [m for m in LONGEST_FIRST if not (Path(__file__).parents[1] / m).exists()]:
     raise RuntimeError(f"tests/conftest.py LONGEST_FIRST names modules that are gone: {_gone}")

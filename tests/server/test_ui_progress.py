@@ -31,7 +31,7 @@ from tests.server.test_ui import (  # noqa: F401 (the two jp_ fixtures override 
 pytestmark = pytest.mark.ui
 
 SHOTS = Path(os.environ.get("NBMEMORY_SHOTS", "/tmp/shots"))
-FILES = 40
+FILES = 16
 SECTIONS = 5
 TOPICS = [
     "kafka consumer lag",
