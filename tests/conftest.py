@@ -23,6 +23,7 @@ os.environ.setdefault("NBMEMORY_GC_FREEZE", "0")
 from hypothesis import settings
 
 from nbmemory import Memory
+from nbmemory.config import cache_folder
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
 from tests.quick import QUICK, examples
 
@@ -30,6 +31,14 @@ from tests.quick import QUICK, examples
 settings.register_profile("quick", max_examples=examples(100))
 if QUICK:
     settings.load_profile("quick")
+
+
+#: Document vectors shared by the test processes that index the same texts with the bundled model
+#: (the Jupyter servers and kernels of the UI tests, the demo notebook's kernel, the wheel's
+#: demo): handed to them as ``NBMEMORY_VECTOR_CACHE`` (nbmemory.embed.cache), so only the first
+#: of them runs the model over the sample notes. Not for a test whose subject is the model's work
+#: (progress while embedding, a kill mid-embedding).
+SHARED_VECTORS = cache_folder("tests", "vectors")
 
 
 class CountingEmbedder:

@@ -28,6 +28,7 @@ from nbmemory.jupyter.magics import MemoryMagics, unsaved_cells
 from nbmemory.jupyter.notebook_context import Links, links_for
 from nbmemory.jupyter.widgets import MemoryExplorer
 from nbmemory.safety import ContextBlock
+from tests.conftest import SHARED_VECTORS
 
 XSS = ["<script>alert('x')</script> vpn gateway note", "vpn <img src=x onerror=alert(1)> image note"]
 
@@ -849,6 +850,8 @@ def test_demo_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Monke
     shutil.copy(DEMO, notebook)
     # What the Jupyter server tells a kernel about its notebook.
     monkeypatch.setenv("JPY_SESSION_NAME", str(notebook))
+    # The sample notes' vectors, as other test processes embedded them.
+    monkeypatch.setenv("NBMEMORY_VECTOR_CACHE", str(SHARED_VECTORS))
     nb = nbformat.read(notebook, as_version=4)
     NotebookClient(
         nb, kernel_name="nbmemory-test", timeout=600, resources={"metadata": {"path": str(work)}}

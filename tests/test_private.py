@@ -158,7 +158,7 @@ def test_a_folder_the_user_chose_is_left_as_is_but_the_files_are_fixed(
 def test_the_cache_is_owner_only_and_fixed_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from nbmemory.eval.cache import VectorCache
+    from nbmemory.eval.cache import VectorCache, cache_root
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -170,7 +170,7 @@ def test_the_cache_is_owner_only_and_fixed_with_one_line(
         f"nbmemory: the nbmemory cache {cache} was readable by other users; made it owner-only: "
         f"{cache} 0755->0700"
     ]
-    vectors = VectorCache("fp", "notes", dim=4)
+    vectors = VectorCache("fp", "notes", dim=4, root=cache_root())
     vectors.put([bytes(32)], np.ones((1, 4), np.float32))
     blocks = list(vectors.dir.glob("*.npz"))
     assert len(blocks) == 1 and mode(blocks[0]) == 0o600

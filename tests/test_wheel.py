@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED_VECTORS
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -23,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not on PATH")
 def test_the_wheel_installs_alone_and_works(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tools.check_wheel", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "tools.check_wheel", "--workdir", str(tmp_path), "--vector-cache", str(SHARED_VECTORS)],
         cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     out = result.stdout + result.stderr

@@ -8,7 +8,9 @@ server   `jupyter server extension list`: nbmemory enabled and OK
 lab      `jupyter labextension list`: nbmemory enabled and OK (the prebuilt extension in the wheel)
 browser  jupyterlab.browser_check on Debian's Chromium (tools/browser_check.py)
 magics   `%load_ext nbmemory` in IPython registers the %mem* magics
-demo     `nbmemory demo` on the bundled model and sample corpus
+demo     `nbmemory demo` on the bundled model and sample corpus (``--vector-cache DIR``: its
+         document vectors read from DIR where there, as NBMEMORY_VECTOR_CACHE; the test suite
+         passes the folder its other processes filled with the sample corpus)
 rebuild  `npm ci` (started first, beside the other steps) and a production build of labextension/
          (npm registry); fails when the result differs from the extension the wheel installed,
          that is when the committed one is stale
@@ -67,11 +69,12 @@ def expect(pattern: str, text: str, what: str) -> None:
         raise CheckFailed(f"{what}: no match for {pattern!r}")
 
 
-def check(work: Path, steps: list[str]) -> None:
+def check(work: Path, steps: list[str], vectors: Path | None = None) -> None:
     venv, dist, src = work / "venv", work / "dist", work / "src"
     bin_ = venv / "bin"
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env.update(
+        NBMEMORY_VECTOR_CACHE=str(vectors or ""),
         PATH=f"{bin_}{os.pathsep}{env.get('PATH', '')}",
         PYTHONNOUSERSITE="1",
         HF_HUB_OFFLINE="1",
@@ -172,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.check_wheel", description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", help="work folder, kept afterwards (default: a temporary one)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {','.join(STEPS)}")
+    parser.add_argument("--vector-cache", type=Path, help="document vectors read from this folder, where there")
     args = parser.parse_args(argv)
     steps = args.steps.split(",")
     if unknown := [s for s in steps if s not in STEPS]:
@@ -180,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(args.workdir).resolve() if args.workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         try:
-            check(work, steps)
+            check(work, steps, args.vector_cache)
         except (CheckFailed, subprocess.TimeoutExpired) as error:
             print(f"FAILED: {error}", flush=True)
             return 1

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from nbmemory.embed import cache
 from nbmemory.embed.base import ProgressFn, normalise
 from nbmemory.embed.onnx_query import OnnxQueryEncoder
 from nbmemory.errors import ConfigError, ModelNotFoundError
@@ -149,6 +150,8 @@ class SentenceTransformerEmbedder:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache_size = query_cache_size
         self._onnx: OnnxQueryEncoder | bool | None = False  # False: not tried yet
+        # Document vectors by text, when NBMEMORY_VECTOR_CACHE names a folder (nbmemory.embed.cache).
+        self._vectors = cache.from_env(self._fingerprint, self._dim)
 
     @property
     def query_runtime(self) -> str:
@@ -210,6 +213,20 @@ class SentenceTransformerEmbedder:
         return self._device
 
     def embed_documents(self, texts: Sequence[str], progress: ProgressFn | None = None) -> np.ndarray:
+        if self._vectors is None or not texts:
+            return self._encode(texts, progress)
+        # The indexing cache (NBMEMORY_VECTOR_CACHE): the model embeds only the texts it lacks.
+        keys = [cache.text_key(t) for t in texts]
+        if any(key not in self._vectors for key in keys):
+            self._vectors.refresh()  # blocks another process wrote since
+        missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in self._vectors}
+        if progress is not None and len(texts) > len(missing):
+            progress(len(texts) - len(missing))
+        if missing:
+            self._vectors.put(list(missing), self._encode(list(missing.values()), progress))
+        return np.stack([self._vectors.get(key) for key in keys])  # type: ignore[misc]
+
+    def _encode(self, texts: Sequence[str], progress: ProgressFn | None) -> np.ndarray:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         out = []

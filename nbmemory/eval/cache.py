@@ -1,8 +1,9 @@
 """Caches that make evaluation reruns take seconds.
 
 * **Document vectors**, per (model fingerprint, dataset, text hash), in
-  ``<root>/embeddings/<fingerprint>/<dataset>/block-*.npz``. Each block is written to a temporary
-  file and renamed, so an interrupted run keeps every finished block and resumes after it.
+  ``<root>/embeddings/<fingerprint>/<dataset>/block-*.npz`` (:class:`~nbmemory.embed.cache.VectorCache`).
+  Each block is written to a temporary file and renamed, so an interrupted run keeps every
+  finished block and resumes after it.
 * **Stores**: a fully indexed evaluation store per (dataset, corpus hash, model fingerprint,
   nbmemory schema version, index options), in ``<root>/stores/``; see
   :mod:`nbmemory.eval.harness`.
@@ -13,18 +14,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from nbmemory import private
 from nbmemory.config import cache_folder
 from nbmemory.embed.base import Embedder, EmbedderProxy, ProgressFn
+from nbmemory.embed.cache import VectorCache, text_key
+
+__all__ = ["BLOCK", "CachedEmbedder", "VectorCache", "cache_root", "text_key"]
 
 #: Texts embedded (and written to the cache) per block.
 BLOCK = 1024
@@ -33,76 +33,6 @@ BLOCK = 1024
 def cache_root() -> Path:
     """``$NBMEMORY_CACHE/eval``, or ``~/.cache/nbmemory/eval`` when it is unset."""
     return cache_folder("eval")
-
-
-def text_key(text: str) -> bytes:
-    """sha256 of the exact text the embedder sees."""
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "_"
-
-
-class VectorCache:
-    """Cached document vectors of one model for one dataset.
-
-    Parameters
-    ----------
-    fingerprint:
-        The embedder's fingerprint (vectors of two fingerprints never mix).
-    dataset:
-        A dataset name; part of the folder name.
-    dim:
-        Vector size; blocks of another size are ignored.
-    root:
-        Cache root (default :func:`cache_root`).
-    """
-
-    def __init__(self, fingerprint: str, dataset: str, dim: int, root: Path | None = None) -> None:
-        self.dir = (root or cache_root()) / "embeddings" / _safe(fingerprint) / _safe(dataset)
-        self.dim = dim
-        self._index: dict[bytes, tuple[int, int]] = {}
-        self._blocks: list[np.ndarray] = []
-        if self.dir.exists():
-            for path in sorted(self.dir.glob("block-*.npz")):
-                try:
-                    with np.load(path) as data:
-                        keys, vecs = data["keys"], data["vecs"]
-                except (OSError, ValueError, KeyError):
-                    continue
-                if vecs.ndim != 2 or vecs.shape[1] != dim or len(keys) != len(vecs):
-                    continue
-                self._add(keys, vecs)
-
-    def _add(self, keys: np.ndarray, vecs: np.ndarray) -> None:
-        number = len(self._blocks)
-        self._blocks.append(vecs)
-        for row, key in enumerate(keys):
-            self._index[key.tobytes()] = (number, row)
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def __contains__(self, key: bytes) -> bool:
-        return key in self._index
-
-    def get(self, key: bytes) -> np.ndarray | None:
-        """The vector for a text key, or None."""
-        loc = self._index.get(key)
-        return None if loc is None else self._blocks[loc[0]][loc[1]]
-
-    def put(self, keys: Sequence[bytes], vecs: np.ndarray) -> None:
-        """Write one block (atomically) and index it."""
-        private.make_dir(self.dir)
-        raw = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
-        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
-        name = f"block-{time.time_ns()}-{os.getpid()}"
-        tmp = self.dir / f".{name}.tmp.npz"
-        with open(tmp, "wb", opener=private.opener) as fh:
-            np.savez(fh, keys=raw, vecs=vecs)
-        os.replace(tmp, self.dir / f"{name}.npz")
-        self._add(raw, vecs)
 
 
 class CachedEmbedder(EmbedderProxy):
@@ -134,7 +64,7 @@ class CachedEmbedder(EmbedderProxy):
         log: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(inner)
-        self.cache = VectorCache(inner.fingerprint, dataset, inner.dim, root)
+        self.cache = VectorCache(inner.fingerprint, dataset, inner.dim, root or cache_root())
         self.log = log
         self.embedded = 0
         self.served = 0

@@ -27,6 +27,7 @@ import nbformat
 import pytest
 
 import nbmemory
+from tests.conftest import SHARED_VECTORS
 
 pytestmark = pytest.mark.ui
 
@@ -110,9 +111,10 @@ def write_root(root: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_lab(base: Path, fill: Callable[[Path], None]) -> Iterator[Lab]:
+def running_lab(base: Path, fill: Callable[[Path], None], vectors: Path | None = SHARED_VECTORS) -> Iterator[Lab]:
     """``jupyter lab`` on a free port with its root under ``base`` (filled by ``fill``), the root
-    indexed and two hostile memories stored."""
+    indexed and two hostile memories stored. Its server and kernels read document vectors from
+    ``vectors`` (``NBMEMORY_VECTOR_CACHE``; None: every text embedded by the model)."""
     root = base / "root"
     root.mkdir()
     fill(root)
@@ -137,6 +139,7 @@ def running_lab(base: Path, fill: Callable[[Path], None]) -> Iterator[Lab]:
         # run and page reloads, is held by an idle AnyIO worker thread, not by nbmemory's threads,
         # which are daemons; a server that stops does so in 1-4 s.)
         "PYTHONFAULTHANDLER": "1",
+        "NBMEMORY_VECTOR_CACHE": str(vectors or ""),
     }
     # No news pop-up over the screenshots (and no fetch of the news feed).
     notification = (

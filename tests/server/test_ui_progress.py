@@ -59,7 +59,8 @@ def write_corpus(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("labprogress"), write_root) as lab:
+    # No shared vectors: the progress shown is the model's own, text after text.
+    with running_lab(tmp_path_factory.mktemp("labprogress"), write_root, vectors=None) as lab:
         # Written after the lab indexed its root: the sidebar indexes it.
         write_corpus(lab.root / "corpus")
         yield lab

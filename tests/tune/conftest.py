@@ -10,6 +10,8 @@ import pytest
 
 from nbmemory import Memory
 from nbmemory.embed import SentenceTransformerEmbedder
+from nbmemory.eval.cache import CachedEmbedder
+from tests.conftest import SHARED_VECTORS
 
 SAMPLE = Path(__file__).resolve().parents[2] / "nbmemory" / "sample_corpus" / "notes"
 # Ops and incident notes: 76 chunks, ~120 pseudo-queries; a 30 % held-out split gives ~35 queries.
@@ -31,7 +33,8 @@ def _one_torch_thread() -> Iterator[None]:
 def notes_store(tmp_path_factory: pytest.TempPathFactory, real_embedder: SentenceTransformerEmbedder) -> Path:
     """A closed memory file holding the sample notes, embedded with the bundled model."""
     path = tmp_path_factory.mktemp("notes") / "notes.duckdb"
-    with Memory(path, embedder=real_embedder) as mem:
+    # The base model's vectors of these notes, as earlier test processes embedded them.
+    with Memory(path, embedder=CachedEmbedder(real_embedder, "documents", root=SHARED_VECTORS)) as mem:
         mem.index(*(SAMPLE / f for f in FOLDERS))
     return path
 
