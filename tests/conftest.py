@@ -77,23 +77,24 @@ class CountingEmbedder:
 # `--no-loadscope-reorder`, without which pytest-xdist hands out the modules with the most tests
 # first, and the wheel check (one test, four minutes) started last, on one core, the other idle.
 LONGEST_FIRST = (
-    "tests/search/test_real_notes.py",  # 452 (first run)
-    "tests/test_wheel.py",  # 237
-    "tests/server/test_ui_lab.py",  # 177
-    "tests/test_magics.py",  # 123
-    "tests/reliability/test_crash.py",  # 108
-    "tests/tune/test_tune_memory.py",  # 78
-    "tests/server/test_ui_notebook.py",  # 71
-    "tests/tune/test_memtune_magic.py",  # 67
-    "tests/test_warm_owner.py",  # 60
-    "tests/server/test_ui_progress.py",  # 50
-    "tests/search/test_hot.py",  # 48
-    "tests/test_mcp.py",  # 47
-    "tests/server/test_handlers.py",  # 42
-    "tests/server/test_ui.py",  # 34
-    "tests/test_fts_tokenizer.py",  # 34
-    "tests/test_memory.py",  # 29
+    "tests/search/test_real_notes.py",  # 446 (first run, or after a change to nbmemory/embed/); 29
+    "tests/test_wheel.py",  # 215
+    "tests/server/test_ui_lab.py",  # 162
+    "tests/reliability/test_crash.py",  # 112
+    "tests/tune/test_tune_memory.py",  # 82
+    "tests/test_warm_owner.py",  # 61
+    "tests/tune/test_memtune_magic.py",  # 57
+    "tests/test_magics.py",  # 56
+    "tests/server/test_ui_progress.py",  # 51
+    "tests/server/test_ui_notebook.py",  # 50
+    "tests/test_mcp.py",  # 40
+    "tests/search/test_hot.py",  # 37
+    "tests/server/test_ui.py",  # 31
     "tests/reliability/test_bad_input.py",  # 29
+    "tests/server/test_handlers.py",  # 26
+    "tests/test_fts_tokenizer.py",  # 25
+    "tests/test_memory.py",  # 23
+    "tests/eval/test_notebooks.py",  # 22
 )
 if _gone := [m for m in LONGEST_FIRST if not (Path(__file__).parents[1] / m).exists()]:
     raise RuntimeError(f"tests/conftest.py LONGEST_FIRST names modules that are gone: {_gone}")
