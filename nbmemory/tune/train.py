@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -91,6 +92,10 @@ class TrainConfig:
             raise ConfigError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+#: The file in a trained model's folder that says how the training ran (:class:`TrainReport`).
+REPORT_NAME = ".nbmemory_training.json"
 
 
 @dataclass
@@ -275,6 +280,7 @@ def train_model(
     seconds = time.perf_counter() - started
     model.max_seq_length = search_seq_len
     model.save(str(out))
+    _drop_run_time(out / "README.md")
     _remove_tree(work)
     report = TrainReport(
         output=out,
@@ -288,8 +294,20 @@ def train_model(
         losses=losses,
         config=asdict(config),
     )
-    (out / "nbmemory_training.json").write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
+    # A dot file: the model's fingerprint skips those (nbmemory.embed.sentence), so it depends on
+    # the weights and configs alone, and two identical trainings make one model, whose vectors a
+    # vector cache (NBMEMORY_VECTOR_CACHE) shares, rather than two that differ by this run's output
+    # folder and seconds.
+    (out / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
     return report
+
+
+def _drop_run_time(card: Path) -> None:
+    """The model card without its "Training Time" section (this run's seconds, which the report
+    keeps): the card is hashed into the model's fingerprint, which should not change by run."""
+    if card.is_file():
+        text = card.read_text(encoding="utf-8")
+        card.write_text(re.sub(r"(?ms)^### Training Time\n.*?(?=^#)", "", text), encoding="utf-8")
 
 
 def _remove_tree(path: Path) -> None:

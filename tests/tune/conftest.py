@@ -29,6 +29,13 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def _shared_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The candidate models these tests train are deterministic, so one trained again (in a later
+    # test or run) has the same fingerprint, and its vectors of the sample notes are read back.
+    monkeypatch.setenv("NBMEMORY_VECTOR_CACHE", str(SHARED_VECTORS))
+
+
 @pytest.fixture(scope="session")
 def notes_store(tmp_path_factory: pytest.TempPathFactory, real_embedder: SentenceTransformerEmbedder) -> Path:
     """A closed memory file holding the sample notes, embedded with the bundled model."""

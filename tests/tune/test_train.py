@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from nbmemory.config import DEFAULT_MODEL
 from nbmemory.embed import SentenceTransformerEmbedder
 from nbmemory.errors import ConfigError
 from nbmemory.tune.mine import Triple
-from nbmemory.tune.train import CPU_MAX_STEPS, TrainConfig, planned_steps, train_model
+from nbmemory.tune.train import CPU_MAX_STEPS, REPORT_NAME, TrainConfig, planned_steps, train_model
 
 TOPICS = ["vpn", "docker cache", "token rotation", "postgres vacuum", "cron failures", "ssh config"]
 TRIPLES = [
@@ -45,7 +46,10 @@ def test_training_is_deterministic_and_keeps_the_search_sequence_length(tmp_path
     # Trained at 32 word pieces, saved with the base model's length (documents are not cut shorter).
     tuned = SentenceTransformerEmbedder(str(tmp_path / "a"), device="cpu")
     assert tuned._model.max_seq_length == base._model.max_seq_length
-    assert (tmp_path / "a" / "nbmemory_training.json").exists()
+    assert json.loads((tmp_path / "a" / REPORT_NAME).read_text())["steps"] == 2
+    # Two identical trainings make one model: the same fingerprint, though each report names its
+    # own folder and seconds (a vector cache then serves the second the first one's vectors).
+    assert tuned.fingerprint == SentenceTransformerEmbedder(str(tmp_path / "b"), device="cpu").fingerprint
 
 
 @pytest.mark.model
