@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
@@ -13,6 +15,7 @@ from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.search.config import PipelineConfig
 from nbmemory.store import fts
 from tests.fts_postings import delta_then_snapshot
+from tests.quick import examples
 
 BM25_ONLY = PipelineConfig(retrievers=("bm25",))
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "nbmemory" / "sample_corpus"
@@ -262,11 +265,46 @@ def test_query_terms_made_in_python_equal_the_index_macros_on_every_word_of_the_
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.suffix in {".md", ".py", ".txt", ".ipynb"}
     ]
-    words = sorted({w for text in texts for w in text.split() if w.isascii()})
-    assert len(words) > 20_000
+    words = sorted({w for text in texts for w in text.split()})
+    assert len(words) > 20_000 and sum(not w.isascii() for w in words) > 150
     fts.rebuild(fake_mem.db)
     for start in range(0, len(words), 12):
         query = " ".join(words[start : start + 12])
         assert fts.query_terms(fake_mem.db, query) == fts.sql_query_terms(fake_mem.db, query), query
     for odd in ("", "   ", "the and of", "C++ / C#", "INC-2307 v2.3.1", "it's O'Brien's", "__init__"):
         assert fts.query_terms(fake_mem.db, odd) == fts.sql_query_terms(fake_mem.db, odd), odd
+
+
+#: Text beyond ASCII that query terms are made of in Python (or, for CJK, left to the index).
+SCRIPTS = [
+    *NOTES.values(),
+    "Fine-tune a 🤗 Transformers model on café data ✨ (naïve Bayes, São Paulo, Zürich)",
+    "ΟΔΟΣ ΣΟΦΟΣ Σίσυφος: a final sigma, and ΆΈΉ with tonos",
+    "Straße STRASSE ẞ ß; İstanbul ıi; ǅemal ǈ ǋ; ﬁle ﬂow ﬀ; Ångström Å",
+    "Ирина ёлка ЁЛКА Йошкар-Ола; Київ ґанок; العربية ١٢٣ ٤٥; עברית",
+    "हिन्दी भाषा; தமிழ்; ภาษาไทย; ქართული; Հայերեն; አማርኛ",
+    "x² ½ µm α-synuclein ℃ ™ ① Ⅻ ⅻ ０１２ ＡＢＣ; é ä ñ; ​zero‍width",
+    "한국어 ひらがな カタカナー 中文 with English words",
+    "Vietnamese: Tiếng Việt có dấu; Polish: Łódź żółć; Czech: Příliš žluťoučký kůň",
+    "emoji only 🚀🔥👩‍💻 and symbols → ← ↔ ≤ ≥ ≠ ∞ § ¶ • … — –",
+]
+
+
+@pytest.mark.integration
+def test_query_terms_beyond_ascii_equal_the_index_macros(fake_mem: Memory) -> None:
+    # Accents folded by decomposition, lower case character by character (no final sigma), any
+    # script's letters and decimal digits kept, symbols and emoji split on; CJK goes to the index.
+    fts.rebuild(fake_mem.db)
+    for text in SCRIPTS:
+        for query in (text, *text.split()):
+            assert fts.query_terms(fake_mem.db, query) == fts.sql_query_terms(fake_mem.db, query), query
+    assert fts.python_tokens("ΟΔΟΣ Straße café İstanbul") == ["οδοσ", "straße", "cafe", "istanbul"]
+    assert fts.python_tokens("中文 text") is None
+
+
+@pytest.mark.integration
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(exclude_categories=["Cs"]), max_size=40))
+def test_query_terms_of_any_text_equal_the_index_macros(fake_mem: Memory, text: str) -> None:
+    fts.rebuild(fake_mem.db)
+    assert fts.query_terms(fake_mem.db, text) == fts.sql_query_terms(fake_mem.db, text), ascii(text)
