@@ -15,6 +15,11 @@ STAMP := $(VENV)/.installed-stamp
 # handed out in collection order, longest first (tests/conftest.py). PARALLEL= runs serially.
 PARALLEL ?= -n auto --maxprocesses 4 --dist loadscope --no-loadscope-reorder
 
+# Bytecode is kept (these machines set PYTHONDONTWRITEBYTECODE=1, so every test process compiled
+# the package and pytest rewrote every test module's asserts again): collecting the tests took
+# 18.6 s per process, 12.1 s with it. Git ignores __pycache__; the wheel and sdist hold none.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
