@@ -282,8 +282,9 @@ def python_tokens(text: str) -> list[str] | None:
     again), lower-case (utf8proc's one-character mapping) and split on ``TOKEN_IGNORE`` (what is
     not a letter, mark or decimal digit). Here: the same steps with ``unicodedata``, character by
     character (``str.lower`` of a whole string would write a final sigma ``ς``). None for text
-    with a NUL, CJK characters (:func:`prepared` rewrites them as bigrams), a character this Python's
-    Unicode tables do not know, or one whose lower case is longer than one character (``İ``).
+    with a NUL, CJK characters (:func:`prepared` rewrites them as bigrams), a character this
+    Python's Unicode tables do not know, or one whose lower case is longer than one character
+    (a guard: ``İ``, the one such letter, is ``I`` once its dot is stripped).
     Cost: linear in the text; ASCII text is one regular-expression split.
     """
     if "\x00" in text:
