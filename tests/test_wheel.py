@@ -34,3 +34,4 @@ def test_the_wheel_installs_alone_and_works(tmp_path: Path) -> None:
     for step in ("build", "install", "server", "lab", "browser", "magics", "demo", "rebuild"):
         assert f"ok: {step} (" in out
     assert "nbmemory/labextension matches a fresh build of labextension/" in out
+    assert "All matched files use Prettier code style" in out  # the TypeScript's lint ran

@@ -14,7 +14,8 @@ demo     `nbmemory demo` on the bundled model and sample corpus (``--vector-cach
          passes the folder its other processes filled with the sample corpus)
 rebuild  `npm ci` (started first, beside the other steps) and a production build of labextension/
          (npm registry); fails when the result differs from the extension the wheel installed,
-         that is when the committed one is stale
+         that is when the committed one is stale, or when the TypeScript's lint (`npm run
+         lint:check`: prettier and eslint) finds an error
 
 Everything runs outside the checkout, with PYTHONPATH unset and Jupyter's and nbmemory's folders
 inside the work folder, so nothing from the repository or the user's setup can stand in for what
@@ -173,6 +174,8 @@ def run_step(
             venv / "share" / "jupyter" / "labextensions" / "nbmemory", src / "nbmemory" / "labextension"
         )
         run(["sh", "check-built.sh"], {**env, "PYTHON": str(bin_ / "python")}, src / "labextension")
+        # The TypeScript's lint (prettier and eslint, check only), with the node_modules just made.
+        run(["npm", "run", "--silent", "lint:check"], env, src / "labextension")
     print(f"ok: {step} ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
