@@ -1,7 +1,7 @@
 """How passage vectors are made, and what it does to ranking: windows embedded alone (the
 default), or pooled from the chunk's own forward pass ("late chunking"), on the judged notes.
 
-    python -m bench.quality.passage_methods [--methods windows,late,late-heading,late-away-0.5] [--store DB] [--out FILE]
+    python -m bench.quality.passage_methods [--methods windows,late,late-heading,late-away-0.5,late-masked-6] [--store DB] [--out FILE]
 
 It takes the indexed store of the 1,871 notes from the evaluation cache (built on first use, as
 ``notes_compare`` builds it), and for each method copies it, makes every passage again that way,
@@ -9,7 +9,9 @@ measures the memory's near-miss cosine again (the no-answer flag reads it), and 
 question sets with the default search. ``late-heading`` pools each window with its heading's
 tokens. Prints MRR@10, misses flagged and false flags per split, and the seconds the passages
 took; ``late-away-B`` moves each pooled window away from its chunk's vector, ``unit(w - B * c)``
-(pooled once for every B). Writes ``--out`` (default ``bench/results/passage-methods.json``).
+(pooled once for every B); ``late-masked-N`` pools from a pass whose top N layers let a token read
+only the tokens sharing a window with it (:mod:`bench.quality.masked_pooling`), ``late-masked-N-heading``
+with the heading's tokens. Writes ``--out`` (default ``bench/results/passage-methods.json``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.lib.paths import DATA, NOTES_CORPUS, RESULTS
+from bench.quality.masked_pooling import MaskedLate
 from nbmemory import Memory
 from nbmemory.embed.base import EmbedderProxy, normalise
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
@@ -89,6 +92,9 @@ def splits_of(path: Path) -> dict[str, str]:
 def run_method(store: Path, embedder: SentenceTransformerEmbedder, name: str, work: Path) -> dict[str, Any]:
     if name.startswith("late-away-"):
         maker = Method(embedder, pooled=True, away=float(name.removeprefix("late-away-")))
+    elif name.startswith("late-masked-"):
+        top, _, heading = name.removeprefix("late-masked-").partition("-")
+        maker = Method(MaskedLate(embedder, int(top)), pooled=True, context=heading == "heading")  # type: ignore[arg-type]
     else:
         maker = {
             "windows": Method(embedder, pooled=False),
@@ -155,7 +161,8 @@ def main() -> int:
         for name in args.methods.split(","):
             rows.append(run_method(store, embedder, name.strip(), Path(work)))
             print(json.dumps(rows[-1]), flush=True)
-    write_json({"command": "python -m bench.quality.passage_methods", "corpus": str(NOTES_CORPUS), "runs": rows}, args.out)
+    command = f"python -m bench.quality.passage_methods --methods {args.methods} --out {args.out}"
+    write_json({"command": command, "corpus": str(NOTES_CORPUS), "runs": rows}, args.out)
     return 0
 
 
