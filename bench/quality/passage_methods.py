@@ -94,6 +94,8 @@ def run_method(store: Path, embedder: SentenceTransformerEmbedder, name: str, wo
         maker = Method(embedder, pooled=True, away=float(name.removeprefix("late-away-")))
     elif name.startswith("late-masked-"):
         top, _, heading = name.removeprefix("late-masked-").partition("-")
+        if not top.isdigit() or heading not in ("", "heading"):
+            raise SystemExit(f"{name!r}: give late-masked-N or late-masked-N-heading")
         maker = Method(MaskedLate(embedder, int(top)), pooled=True, context=heading == "heading")  # type: ignore[arg-type]
     else:
         maker = {
@@ -161,7 +163,8 @@ def main() -> int:
         for name in args.methods.split(","):
             rows.append(run_method(store, embedder, name.strip(), Path(work)))
             print(json.dumps(rows[-1]), flush=True)
-    command = f"python -m bench.quality.passage_methods --methods {args.methods} --out {args.out}"
+    store_arg = f" --store {args.store}" if args.store else ""
+    command = f"python -m bench.quality.passage_methods --methods {args.methods}{store_arg} --out {args.out}"
     write_json({"command": command, "corpus": str(NOTES_CORPUS), "runs": rows}, args.out)
     return 0
 
