@@ -35,6 +35,7 @@ trusted retriever's #1 beat an item the other retriever alone put first.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 #: Identifier-like tokens: letters and digits mixed (INC-4821, sha256, v2), numbers of 3+
@@ -73,6 +74,13 @@ def identifiers(query: str) -> list[str]:
     return [m.group(0) for m in _IDENTIFIER.finditer(query)]
 
 
+def idf_sum(idf: Mapping[str, tuple[float, int]], terms: Iterable[str]) -> float:
+    """The IDF of those of ``terms`` that ``idf`` holds, summed in sorted order: a set of terms
+    iterates in an order that changes with the process's string hashing (``PYTHONHASHSEED``),
+    and a sum in that order could differ in its last bit from one process to the next."""
+    return sum(idf[t][0] for t in sorted(terms) if t in idf)
+
+
 def fusion_weights(
     query: str,
     idf: dict[str, tuple[float, int]],
@@ -104,7 +112,7 @@ def fusion_weights(
         raise ValueError(f"strength must be in [0, 1), got {strength}")
     missing = sorted(t for t, (_, df) in idf.items() if df == 0)
     mass = sum(value if df > 0 else unseen_idf for value, df in idf.values())
-    covered = max((sum(idf[t][0] for t in terms if t in idf) for terms in matched), default=0.0)
+    covered = max((idf_sum(idf, terms) for terms in matched), default=0.0)
     evidence = 0.0 if mass <= 0 else min(1.0, covered / mass)
     term_of = term_of or {}
     found_ids = [
@@ -124,7 +132,7 @@ def fusion_weights(
         # "INC-4821", little of a long sentence that happens to mention "IL-6". Words the
         # corpus lacks do not dilute it: they cannot outvote an identifier it holds.
         id_terms = {t for name in found_ids for t in term_of[name]}
-        share = sum(idf[t][0] for t in id_terms if t in idf) / present
+        share = idf_sum(idf, id_terms) / present
         if share > 0.5:
             lean = 2.0 * share - 1.0
             reason = f"identifier {found_ids[0]!r} is in the corpus and carries {share:.0%} of the query's IDF mass"

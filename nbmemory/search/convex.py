@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from nbmemory.search.adaptive import QueryEvidence
+from nbmemory.search.adaptive import QueryEvidence, idf_sum
 from nbmemory.search.base import Query, Retrieved, retriever_ranks
 from nbmemory.search.evidence import lexical_evidence, query_idfs
 from nbmemory.search.pool import cosines, stored_once
@@ -244,14 +244,14 @@ class ConvexFusion:
             return scaled
         idf, _ = query_idfs(self.db, bm25)
         # Hundreds of candidates hold a few distinct combinations of the query's terms: each
-        # combination's share is summed once (keyed in iteration order, so each sum is the same).
+        # combination's share is summed once (in sorted order: the same sum in every process).
         shares: dict[tuple[str, ...], float] = {}
         for item, terms in bm25.matched.items():
             if item in scaled:
                 key = tuple(terms)
                 held = shares.get(key)
                 if held is None:
-                    held = shares[key] = sum(idf[t][0] for t in key if t in idf) / mass
+                    held = shares[key] = idf_sum(idf, key) / mass
                 scaled[item] = max(scaled[item], held)
         if self.config.literal and evidence is not None and evidence.identifiers:
             self._literal_identifiers(scaled, bm25, evidence, idf)
@@ -286,8 +286,8 @@ class ConvexFusion:
                 if item in written:
                     continue
                 terms = bm25.matched.get(item, set())
-                held = sum(idf[t][0] for t in terms if t in idf)
-                lost = sum(idf[t][0] for t in terms & pieces if t in idf)
+                held = idf_sum(idf, terms)
+                lost = idf_sum(idf, terms & pieces)
                 if held > 0 and lost > 0:
                     scaled[item] *= 1.0 - lost / held
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -60,6 +63,29 @@ def test_strength_zero_is_plain_rrf_and_bad_strength_is_refused() -> None:
     assert ev.weights == {"bm25": 1.0, "vector": 1.0}
     with pytest.raises(ValueError, match="strength"):
         fusion_weights("x", {}, 1.0, [], {}, strength=1.0)
+
+
+_EVIDENCE = """
+from nbmemory.search.adaptive import fusion_weights
+idf = {t: (v, 5) for t, v in zip("abcdefgh", (0.1, 0.2, 0.3, 0.7, 1.1, 2.3, 3.9, 1e-3))}
+print(repr(fusion_weights("a b c d e f g h", idf, 9.0, [set("abcdefg")], {}).evidence))
+"""
+
+
+def test_the_evidence_does_not_follow_the_string_hashing() -> None:
+    # A set of terms iterates in an order PYTHONHASHSEED sets; summed in that order, the IDF
+    # covered differed in its last bit between processes (3 values over 6 seeds before the fix).
+    printed = {
+        subprocess.run(
+            [sys.executable, "-c", _EVIDENCE],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(8)
+    }
+    assert len(printed) == 1
 
 
 def test_per_retriever_k_sharpens_the_trusted_list() -> None:
