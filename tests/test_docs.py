@@ -55,3 +55,37 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "reference" / "mcp.html").is_file()
     assert (tmp_path / "site" / "benchmarks" / "results.html").is_file()
+
+
+def test_the_search_table_shows_the_newest_run_of_each_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import tools.docs_pages as docs_pages
+
+    def run(day: str, sizes: dict[str, float]) -> dict[str, object]:
+        times = {"p50": 1.0, "p95": 2.0}
+
+        def size(work: float) -> dict[str, object]:
+            return {
+                "nbmemory_search_ms": {"search_work_precomputed_query_vector": {"p50": work, "p95": 2 * work},
+                                       "e2e": times, "stages_p50_precomputed_query_vector": {"vector": work}},
+                "sqlite_search_ms": {"retrieval_precomputed_query_vector": times, "e2e": times},
+                "work_ratio_precomputed_p50": 0.5, "e2e_ratio_p50": 0.5, "loadavg_at_search": [0.5, 0.5, 0.5],
+            }  # fmt: skip
+
+        return {"started_utc": f"{day}T00:00:00+00:00", "machine": {"cpu_count": 2},
+                "settings": {"measured_queries": 200, "k": 10, "synthetic_passages": True},
+                "sizes": {n: size(work) for n, work in sizes.items()}}  # fmt: skip
+
+    (tmp_path / "search.json").write_text(json.dumps(run("2026-11-26", {"10000": 7.25, "50000": 18.5})))
+    (tmp_path / "search-50k.json").write_text(json.dumps(run("2026-11-28", {"50000": 9.75})))
+    monkeypatch.setattr(docs_pages, "RESULTS", tmp_path)
+    pages: dict[str, str | bytes] = {}
+    table = docs_pages.search_section(pages)
+    rows = [line for line in table.splitlines() if line.startswith("| 10,000") or line.startswith("| 50,000")]
+    assert [row.split("|")[1].strip() for row in rows] == ["10,000", "50,000"]
+    assert "**7.25**" in rows[0] and "`search.json`, 2026-11-26" in rows[0]
+    assert "**9.75**" in rows[1] and "`search-50k.json`, 2026-11-28" in rows[1] and "18.5" not in rows[1]
+    assert str(pages["benchmarks/search-stages.svg"]).lstrip().startswith("<svg")

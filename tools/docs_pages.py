@@ -171,44 +171,63 @@ def _ms(value: float | None, digits: int = 2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+#: The search benchmark's runs the latest-results page reads: the newest run of each size wins.
+SEARCH_RUNS = ("search.json", "search-2k.json", "search-50k.json")
+
+
 def search_section(pages: dict[str, str | bytes]) -> str:
     import altair as alt
 
-    data = _load("search.json")
+    newest: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    for name in SEARCH_RUNS:
+        if not (RESULTS / name).exists():
+            continue
+        data = _load(name)
+        for size, run in data["sizes"].items():
+            held = newest.get(int(size))
+            if held is None or data["started_utc"] > held[1]["started_utc"]:
+                newest[int(size)] = (name, data, run)
     rows = []
     out = [
         "## Search latency beside the SQLite reference\n\n",
-        f"`bench/results/search.json`, started {data['started_utc']} ({data['machine']['cpu_count']} cores, "
-        f"{data['settings']['corpus']}; {data['settings']['measured_queries']} queries, k={data['settings']['k']}, "
-        f"synthetic passages: {data['settings'].get('synthetic_passages')}). Made by "
-        "`python -m bench.search.bench_search`. Search work is everything but the query embedding "
-        "(query vectors computed beforehand); end to end includes it.\n\n",
+        "Made by `python -m bench.search.bench_search` (the newest run of each size among "
+        + ", ".join(f"`bench/results/{name}`" for name in SEARCH_RUNS)
+        + "). Search work is everything but the query embedding (query vectors computed beforehand); "
+        "end to end includes it.\n\n",
         "| chunks | search work p50 / p95 ms | reference | ratio | end to end p50 / p95 ms | reference | ratio |"
-        " load at search |\n|---|---|---|---|---|---|---|---|\n",
+        " load at search | run |\n|---|---|---|---|---|---|---|---|---|\n",
     ]
-    for size, run in data["sizes"].items():
+    for size in sorted(newest):
+        name, data, run = newest[size]
         ours, ref = run["nbmemory_search_ms"], run["sqlite_search_ms"]
         work, rwork = ours["search_work_precomputed_query_vector"], ref["retrieval_precomputed_query_vector"]
         e2e, re2e = ours["e2e"], ref["e2e"]
         load = ", ".join(f"{x:.1f}" for x in run.get("loadavg_at_search", [])[:3])
+        settings = data["settings"]
+        how = (
+            f"`{name}`, {data['started_utc'][:10]}, {data['machine']['cpu_count']} cores, "
+            f"{settings['measured_queries']} queries, k={settings['k']}, "
+            f"synthetic passages: {settings.get('synthetic_passages')}"
+        )
         out.append(
-            f"| {int(size):,} | **{_ms(work['p50'])}** / {_ms(work['p95'], 1)} | {_ms(rwork['p50'])} / "
+            f"| {size:,} | **{_ms(work['p50'])}** / {_ms(work['p95'], 1)} | {_ms(rwork['p50'])} / "
             f"{_ms(rwork['p95'], 1)} | {run['work_ratio_precomputed_p50']:.2f} | **{_ms(e2e['p50'])}** / "
-            f"{_ms(e2e['p95'], 1)} | {_ms(re2e['p50'])} / {_ms(re2e['p95'], 1)} | {run['e2e_ratio_p50']:.2f} | {load} |\n"
+            f"{_ms(e2e['p95'], 1)} | {_ms(re2e['p50'])} / {_ms(re2e['p95'], 1)} | {run['e2e_ratio_p50']:.2f} | "
+            f"{load} | {how} |\n"
         )
         for stage, ms in ours["stages_p50_precomputed_query_vector"].items():
             if ms:
-                rows.append({"chunks": f"{int(size):,}", "stage": stage, "ms": ms})
+                rows.append({"chunks": f"{size:,}", "stage": stage, "ms": ms})
     chart = (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
         .encode(
             x=alt.X("ms:Q", title="p50 ms (precomputed query vector)"),
-            y=alt.Y("chunks:N", title="chunks"),
+            y=alt.Y("chunks:N", title="chunks", sort=[f"{size:,}" for size in sorted(newest)]),
             color=alt.Color("stage:N"),
             order=alt.Order("stage:N"),
         )
-        .properties(width=560, height=90, title="Search work by stage, p50")
+        .properties(width=560, height=30 * max(len(newest), 3), title="Search work by stage, p50")
     )
     pages["benchmarks/search-stages.svg"] = _svg(chart)
     out.append("\n![Search work by stage](search-stages.svg)\n")
