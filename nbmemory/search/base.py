@@ -64,6 +64,11 @@ class Query:
             self._pending.set_result(_timed_embed(embedder, text))
 
     @property
+    def ready(self) -> bool:
+        """Whether the embedding is there without waiting."""
+        return self._pending is not None and self._pending.done()
+
+    @property
     def embedded(self) -> bool:
         """Whether the query has (or is computing) an embedding."""
         return self._pending is not None

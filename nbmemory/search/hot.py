@@ -34,6 +34,7 @@ import duckdb
 import numpy as np
 
 from nbmemory import long_lived
+from nbmemory.search import screen as screen_mod
 from nbmemory.store import fts, vectors
 from nbmemory.store import rows as row_store
 from nbmemory.store.db import INDEX_KEY as _KEY
@@ -126,6 +127,7 @@ class HotIndex:
         self.post_len = np.empty(0, dtype=np.float64)
         self.delta = _Delta()
         self.ivf: _Ivf | None = None
+        self.screen: screen_mod.Screen | None = None
 
     # -- building ---------------------------------------------------------------------------
     def build(self, db: Database) -> None:
@@ -160,6 +162,11 @@ class HotIndex:
             self.snapshot = (seq <= mark) & self.live
             self._read_vectors(con, has_vectors)
             self.ivf = _Ivf.build(self) if self.n > ANN_MIN_ROWS else None
+            self.screen = (
+                screen_mod.Screen.build(self.mat, self.inv_norm)
+                if screen_mod.ENABLED and screen_mod.MIN_ROWS <= self.n <= ANN_MIN_ROWS
+                else None
+            )
             self._read_postings(con, has_fts)
             self._read_delta(con, has_delta)
             preloaded = row_store.read_all(con) if self.n <= row_store.PRELOAD_MAX else None
@@ -313,6 +320,10 @@ class HotIndex:
             self.ivf.stale[at[found & (at < len(self.ivf.stale))]] = True
             if self.ivf.drift(self.n) > IVF_MAX_DRIFT:
                 return False
+        if self.screen is not None:
+            self.screen.stale[at[found & (at < self.screen.n)]] = True
+            if self.screen.drift(self.n) > screen_mod.MAX_DRIFT:
+                return False
         # A deleted or forgotten chunk has no vector: only live ones are read, those their writer
         # gave from memory, the rest from the table.
         live_ids = [i for i in changed.tolist() if state.get(i, (False, 0))[0]]
@@ -449,8 +460,10 @@ class HotIndex:
     def nearest(
         self, query: np.ndarray, limit: int, allowed: np.ndarray | None, memo: dict[Any, Any] | None = None
     ) -> list[tuple[int, float]]:
-        """Top ``limit`` (chunk id, cosine similarity), best first, ties by id: an exact scan, or
-        for an unfiltered search of a large memory the partitions nearest the query (:class:`_Ivf`).
+        """Top ``limit`` (chunk id, cosine similarity), best first, ties by id: an exact scan
+        (from :data:`~nbmemory.search.screen.MIN_ROWS` rows through the int8 screen, which gives
+        the same rows), or for an unfiltered search of a large memory the partitions nearest the
+        query (:class:`_Ivf`).
 
         ``memo``: one search's store (as in :meth:`bm25`): a deeper pass cuts the first pass's scan.
         """
@@ -459,10 +472,11 @@ class HotIndex:
         key = ("nearest", id(self), allowed is None)
         scanned = memo.get(key) if memo is not None else None
         if scanned is None:
-            scanned = (self.ids, self.mat, *self._scan(query, allowed))
+            scanned = (self.ids, self.mat, self._scan(query, allowed, memo))
             if memo is not None:
                 memo[key] = scanned
-        ids, mat, rows, scores = scanned
+        ids, mat, scan = scanned
+        rows, scores = scan(limit + RESCORE_MARGIN)
         # The scan's float32 BLAS may round two equal vectors differently: the best few are
         # scored again in float64, row by row (equal vectors, equal scores; ties by id).
         head = _top(rows, scores, ids, limit + RESCORE_MARGIN)
@@ -470,20 +484,29 @@ class HotIndex:
         order = _top(np.arange(len(head)), exact, ids[head], limit)
         return list(zip(ids[head[order]].tolist(), exact[order].tolist(), strict=True))
 
-    def _scan(self, query: np.ndarray, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Candidate rows and their float32 cosines to ``query``."""
-        q = np.asarray(query, dtype=np.float32)
-        norm = float(np.linalg.norm(q))
-        if norm > 0:
-            q = q / norm
+    def start_scan(self, query: np.ndarray, memo: dict[Any, Any]) -> None:
+        """Begin what of :meth:`nearest`'s scan can run in the background (the int8 screen's
+        product), for the same search (``memo``) to take up."""
+        scanned = ("nearest", id(self), True) in memo or ("nearest", id(self), False) in memo
+        if self.screen is not None and not scanned:
+            self.screen.start(_unit32(query), memo)
+
+    def _scan(self, query: np.ndarray, allowed: np.ndarray | None, memo: dict[Any, Any] | None) -> screen_mod.Scan:
+        """A function of ``L``: candidate rows, among them the ``L`` best, and their float32
+        cosines to ``query``. Exact (every row, or the int8 screen's candidates: the same ``L``
+        best), or for an unfiltered search above :data:`ANN_MIN_ROWS` the probed partitions."""
+        q = _unit32(query)
         if self.ivf is not None and allowed is None:
-            return self.ivf.search(q, self)
-        sims = (self.mat @ q) * self.inv_norm
+            found = self.ivf.search(q, self)
+            return lambda _limit: found
         ok = self.live & (self.inv_norm > 0)
         if allowed is not None:
             ok &= allowed
+        if self.screen is not None:
+            return self.screen.scan(q, self.mat, self.inv_norm, ok, memo)
         rows = np.flatnonzero(ok)
-        return rows, sims[rows]
+        scores = ((self.mat @ q) * self.inv_norm)[rows]
+        return lambda _limit: (rows, scores)
 
     def vectors(self, chunk_ids: Iterable[int]) -> dict[int, np.ndarray]:
         """The stored vectors of those chunk ids this index holds (copies)."""
@@ -588,6 +611,12 @@ class _Ivf:
 
 
 
+def _unit32(query: np.ndarray) -> np.ndarray:
+    q = np.asarray(query, dtype=np.float32)
+    norm = float(np.linalg.norm(q))
+    return q / norm if norm > 0 else q
+
+
 def _top(rows: np.ndarray, scores: np.ndarray, ids: np.ndarray, limit: int) -> np.ndarray:
     """Rows of the ``limit`` best scores, best first, equal scores by ascending chunk id."""
     if len(rows) > limit:
@@ -623,6 +652,13 @@ def serving(db: Database) -> HotIndex | None:
         reset(db)
         return None
     return index
+
+
+def built(db: Database) -> HotIndex | None:
+    """The index if one is built, without the store's lock and without keeping it in step: for
+    work that reads only what writes leave alone (:meth:`HotIndex.start_scan`)."""
+    index = db.cache.get(_KEY)
+    return index if isinstance(index, HotIndex) and index.ready else None
 
 
 def _start_build(db: Database, index: HotIndex) -> None:

@@ -166,6 +166,9 @@ class SearchPipeline:
         """Each retriever's ranking, one stage each."""
         found: dict[str, Retrieved] = {}
         for retriever in self.retrievers:
+            if isinstance(retriever, VectorRetriever):
+                retriever.start(query)  # its int8 screen's product runs while BM25 does
+        for retriever in self.retrievers:
             with trace.step(retriever.name) as stage:
                 got = retriever.retrieve(query, depth, filters)
                 stage.output, stage.scores = got.ids, got.scores

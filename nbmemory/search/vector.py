@@ -40,6 +40,14 @@ class VectorRetriever:
         self.db = db
         self.embedder = embedder
 
+    def start(self, query: Query) -> None:
+        """Begin the part of the scan that can run while BM25 runs (:meth:`HotIndex.start_scan`),
+        when the query's vector is ready and a memory-resident index is built. It reads only what
+        no write changes, so it does not take the store's lock (a wait for a write, each time)."""
+        index = hot.built(self.db)
+        if index is not None and query.ready:
+            index.start_scan(query.vector(), query.memo)
+
     def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
         """The ``depth`` items nearest the query, scored by cosine similarity."""
         qvec = query.vector()

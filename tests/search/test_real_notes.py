@@ -179,3 +179,31 @@ def test_each_hits_parts_sum_to_its_score_and_the_chart_follows_the_ranking(note
         assert list(ends.values()) == sorted(ends.values(), reverse=True), query
     # The queries exercise what the old chart left out: passages and the identifier lean.
     assert {"bm25", "cosine", "passage", "identifier"} <= seen, seen
+
+
+def test_the_int8_screen_ranks_real_notes_as_the_float32_scan(
+    notes_memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The screen serves from 20,000 chunks; here it is made to serve these 882 notes' chunks,
+    # whose vectors (the model's, of real prose and code) cluster as a user's do.
+    from nbmemory.search import hot
+    from nbmemory.search import screen as screen_mod
+
+    questions = [json.loads(line)["query"] for line in JUDGED.open()]
+
+    def searched(on: bool) -> list[list[tuple[int, float]]]:
+        monkeypatch.setattr(screen_mod, "MIN_ROWS", 0 if on else 10**9)
+        hot.reset(notes_memory.db)
+        index = hot.ensure(notes_memory.db)
+        assert index is not None and (index.screen is not None) == on
+        out = []
+        for query in questions:
+            result = notes_memory.search(query, k=10, log=False)
+            vector = result.trace.stage("vector")
+            assert vector is not None
+            out.append([(h.id, h.score) for h in result.hits] + [(i, vector.scores[i]) for i in vector.output])
+        return out
+
+    assert len(questions) >= 150
+    assert searched(True) == searched(False)
+    hot.reset(notes_memory.db)
