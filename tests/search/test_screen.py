@@ -98,16 +98,17 @@ def test_a_runtime_whose_integer_products_are_wrong_gets_no_screen() -> None:
     # against numpy's and serves the float32 scan instead. (A wrong kernel cannot be caused here:
     # the session's answers are altered.)
     mat = clustered(600)
-    good = screen_mod._session(np.ones((600, 96), dtype=np.int8))
-    assert screen_mod._exact(good, np.ones((600, 96), dtype=np.int8))
+    q = np.full((600, 96), 63, dtype=np.int8)
+    q[::2, ::3] = -64
+    good, weights = screen_mod._session(q)
+    assert screen_mod._exact(good, weights)
 
     class Saturating:
         def run(self, outputs, feeds):  # type: ignore[no-untyped-def]
             y = good.run(outputs, feeds)
             return [np.clip(y[0], -32768, 32767)]
 
-    q = np.full((600, 96), 63, dtype=np.int8)
-    assert not screen_mod._exact(Saturating(), q)
+    assert not screen_mod._exact(Saturating(), weights)
     assert Screen.build(mat, inverse_norms(mat)) is not None
 
 
