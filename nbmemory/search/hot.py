@@ -469,7 +469,7 @@ class HotIndex:
         """
         if self.n == 0:
             return []
-        key = ("nearest", id(self), allowed is None)
+        key = self._scan_key(allowed is None)
         scanned = memo.get(key) if memo is not None else None
         if scanned is None:
             scanned = (self.ids, self.mat, self._scan(query, allowed, memo))
@@ -484,10 +484,14 @@ class HotIndex:
         order = _top(np.arange(len(head)), exact, ids[head], limit)
         return list(zip(ids[head[order]].tolist(), exact[order].tolist(), strict=True))
 
+    def _scan_key(self, unfiltered: bool) -> tuple[str, int, bool]:
+        """Where one search's memo keeps this index's scan (:meth:`nearest`)."""
+        return ("nearest", id(self), unfiltered)
+
     def start_scan(self, query: np.ndarray, memo: dict[Any, Any]) -> None:
         """Begin what of :meth:`nearest`'s scan can run in the background (the int8 screen's
         product), for the same search (``memo``) to take up."""
-        scanned = ("nearest", id(self), True) in memo or ("nearest", id(self), False) in memo
+        scanned = self._scan_key(True) in memo or self._scan_key(False) in memo
         if self.screen is not None and not scanned:
             self.screen.start(_unit32(query), memo)
 
