@@ -35,7 +35,8 @@ trusted retriever's #1 beat an item the other retriever alone put first.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 #: Identifier-like tokens: letters and digits mixed (INC-4821, sha256, v2), numbers of 3+
@@ -85,7 +86,7 @@ def fusion_weights(
     query: str,
     idf: dict[str, tuple[float, int]],
     unseen_idf: float,
-    matched: list[set[str]],
+    matched: Sequence[AbstractSet[str]],
     term_of: dict[str, list[str]] | None = None,
     strength: float = 0.8,
 ) -> QueryEvidence:

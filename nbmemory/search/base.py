@@ -10,6 +10,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -82,7 +83,7 @@ class Query:
 
 
 #: Item ids -> (their scores, the query terms each holds), for items a retriever ranked below its cut.
-ScoreOf = Callable[[list[int]], tuple[dict[int, float], dict[int, set[str]]]]
+ScoreOf = Callable[[list[int]], tuple[dict[int, float], Mapping[int, AbstractSet[str]]]]
 
 
 @dataclass
@@ -118,7 +119,7 @@ class Retrieved:
     notes: dict[str, Any] = field(default_factory=dict)
     detail: dict[int, str] = field(default_factory=dict)
     terms: list[str] = field(default_factory=list)
-    matched: dict[int, set[str]] = field(default_factory=dict)
+    matched: Mapping[int, AbstractSet[str]] = field(default_factory=dict)
     score_of: ScoreOf | None = None
     symbol_idf: dict[str, tuple[float, int]] = field(default_factory=dict)
     idf: tuple[dict[str, tuple[float, int]], float] | None = None

@@ -3,6 +3,8 @@ and the query's symbols, which that index cannot hold (:mod:`nbmemory.search.sym
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
 
@@ -41,7 +43,7 @@ class BM25Retriever:
         rebuilt = fts.ensure_fresh(self.db)
         terms = fts.query_terms(self.db, query.text)
         where, params = filters.sql()
-        held: dict[int, set[str]] = {}
+        held: Mapping[int, AbstractSet[str]]
         score_of: ScoreOf
         wanted = symbols.of_query(query.text) if self.symbols and fts.index_exists(self.db) else []
         if wanted:
@@ -53,7 +55,9 @@ class BM25Retriever:
                 ranked, held, every = index.bm25(self.db, terms, depth, allowed, query.memo)
                 score_of = every.of
             else:
-                ranked = fts.search(self.db, terms, depth, where, params, matched=held)
+                sql_held: dict[int, set[str]] = {}
+                held = sql_held
+                ranked = fts.search(self.db, terms, depth, where, params, matched=sql_held)
                 score_of = partial(self._score_of, terms)
             symbol_idf: dict[str, tuple[float, int]] = {}
             found: dict[str, int] = {}
@@ -86,13 +90,13 @@ class BM25Retriever:
         self,
         wanted: list[str],
         ranked: list[tuple[int, float]],
-        held: dict[int, set[str]],
+        held: Mapping[int, AbstractSet[str]],
         score_of: ScoreOf,
         depth: int,
         where: str,
         params: list[Any],
     ) -> tuple[
-        list[tuple[int, float]], dict[int, set[str]], ScoreOf, dict[str, tuple[float, int]], dict[str, int]
+        list[tuple[int, float]], Mapping[int, AbstractSet[str]], ScoreOf, dict[str, tuple[float, int]], dict[str, int]
     ]:
         """The ranking with each symbol's IDF added to the chunks holding it (those below the cut
         or holding no word of the query come in with their full score), the terms each holds, the
@@ -116,8 +120,8 @@ class BM25Retriever:
                 holds.setdefault(i, set()).add(name)
 
         def scored(ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
-            scores, terms_held = score_of(ids) if ids else ({}, {})
-            scores, terms_held = dict(scores), {i: set(t) for i, t in terms_held.items()}
+            got, got_held = score_of(ids) if ids else ({}, {})
+            scores, terms_held = dict(got), {i: set(t) for i, t in got_held.items()}
             for i in ids:
                 if i in gain:
                     scores[i] = scores.get(i, 0.0) + gain[i]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from itertools import chain
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -57,10 +58,8 @@ def convex(scores: Mapping[str, Mapping[K, float]], weights: Mapping[str, float]
             raise ValueError(f"weight for {name!r} must be >= 0, got {w}")
     # O(n log n) in the n items given, as arrays: hundreds of candidates in a notebook memory.
     # Each item's sum runs in retriever order (0 + w1*s1 + w2*s2), as a loop over dicts would.
-    order: dict[K, int] = {}
-    for by_id in scores.values():
-        for item in by_id:
-            order.setdefault(item, len(order))
+    items = list(dict.fromkeys(chain.from_iterable(scores.values())))
+    order = dict(zip(items, range(len(items)), strict=True))
     fused = np.zeros(len(order))
     best = np.full(len(order), -np.inf)
     for name, by_id in scores.items():
@@ -69,7 +68,6 @@ def convex(scores: Mapping[str, Mapping[K, float]], weights: Mapping[str, float]
         fused[at] += weights.get(name, 0.0) * values
         best[at] = np.maximum(best[at], values)
     ranked = np.lexsort((np.arange(len(order)), -best, -fused))
-    items = list(order)
     return list(zip([items[j] for j in ranked.tolist()], fused[ranked].tolist(), strict=True))
 
 
@@ -245,10 +243,10 @@ class ConvexFusion:
         idf, _ = query_idfs(self.db, bm25)
         # Hundreds of candidates hold a few distinct combinations of the query's terms: each
         # combination's share is summed once (in sorted order: the same sum in every process).
-        shares: dict[tuple[str, ...], float] = {}
+        shares: dict[frozenset[str], float] = {}
         for item, terms in bm25.matched.items():
             if item in scaled:
-                key = tuple(terms)
+                key = frozenset(terms)  # the same set, when the memory-resident index made it
                 held = shares.get(key)
                 if held is None:
                     held = shares[key] = idf_sum(idf, key) / mass

@@ -57,6 +57,10 @@ class _Delta:
     of_chunk: dict[int, list[str]] = field(default_factory=dict)
 
 
+#: Query terms up to which :meth:`BM25Scores.matched` codes each row's terms as bits of an int64.
+_MAX_CODED_TERMS = 62
+
+
 @dataclass
 class BM25Scores:
     """One query's BM25 score of every row of a :class:`HotIndex` (0 where a row holds no query
@@ -73,19 +77,36 @@ class BM25Scores:
     def empty(cls) -> BM25Scores:
         return cls(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=bool), {})
 
-    def matched(self, rows: np.ndarray) -> dict[int, set[str]]:
-        """Chunk id -> the query terms it holds, for ``rows`` that hold any."""
+    def matched(self, rows: np.ndarray) -> dict[int, frozenset[str]]:
+        """Chunk id -> the query terms it holds, for ``rows`` that hold any. Rows holding the
+        same terms share one (immutable) set: each row's terms are bits of one integer, and a
+        set is made per distinct integer (a few per query), not per row."""
+        terms = list(self.term_rows)
+        if len(terms) > _MAX_CODED_TERMS:
+            return self._matched_by_term(rows)
+        codes = np.zeros(len(rows), dtype=np.int64)
+        flags = np.zeros(len(self.ids), dtype=bool)
+        for bit, held in enumerate(self.term_rows.values()):
+            flags[held] = True
+            codes |= flags[rows].astype(np.int64) << bit
+            flags[held] = False
+        holding = codes != 0
+        codes = codes[holding]
+        sets = {c: frozenset(t for bit, t in enumerate(terms) if c >> bit & 1) for c in set(codes.tolist())}
+        return dict(zip(self.ids[rows[holding]].tolist(), map(sets.__getitem__, codes.tolist()), strict=True))
+
+    def _matched_by_term(self, rows: np.ndarray) -> dict[int, frozenset[str]]:
+        """:meth:`matched` one term at a time (a query of more terms than an integer's bits)."""
         matched: dict[int, set[str]] = {}
         flags = np.zeros(len(self.ids), dtype=bool)
         for term, held in self.term_rows.items():
             flags[held] = True
-            # Python ints once per term (indexing a numpy array per row costs more than the set work).
             for chunk_id in self.ids[rows[flags[rows]]].tolist():
                 matched.setdefault(chunk_id, set()).add(term)
             flags[held] = False
-        return matched
+        return {i: frozenset(t) for i, t in matched.items()}
 
-    def of(self, chunk_ids: list[int]) -> tuple[dict[int, float], dict[int, set[str]]]:
+    def of(self, chunk_ids: list[int]) -> tuple[dict[int, float], dict[int, frozenset[str]]]:
         """The score of each of ``chunk_ids`` that holds a query term, and the terms it holds."""
         if len(self.ids) == 0 or not chunk_ids:
             return {}, {}
@@ -392,7 +413,7 @@ class HotIndex:
         limit: int,
         allowed: np.ndarray | None,
         memo: dict[Any, Any] | None = None,
-    ) -> tuple[list[tuple[int, float]], dict[int, set[str]], BM25Scores]:
+    ) -> tuple[list[tuple[int, float]], dict[int, frozenset[str]], BM25Scores]:
         """Top ``limit`` (chunk id, BM25 score), best first, ties by id; the terms each holds;
         and every allowed chunk's score, for chunks another retriever found below the cut.
 

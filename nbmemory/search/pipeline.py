@@ -449,13 +449,21 @@ class SearchPipeline:
         the fused pool) hold fewer than ``k`` sources: then the pool would too, and a pass over
         it would end in a deeper one (cells of a few notebooks fill a notebook memory's heads).
         Taking deeper at once skips that pass; it can only let in candidates ranked deeper.
-        Cost: one row lookup per head candidate (rows the walk reads anyway)."""
+        Cost: one row lookup per head candidate read, in batches (``2k``, doubling) that stop
+        at the ``k``-th source (the head of a memory of short notes holds it within the first batch)."""
         head = list(dict.fromkeys(i for got in found.values() for i in got.ids[: pool_size // 2]))
         if len(head) < k:
             return False  # too few candidates at all: deeper would find no more
-        rows = fetch_rows(self.db, head, HitRow)
-        sources = {rows[i].source if i in rows and rows[i].source else -i for i in head}
-        return len(sources) < k
+        sources: set[object] = set()
+        read, batch = 0, 2 * k
+        while read < len(head):
+            ids = head[read : read + batch]
+            rows = fetch_rows(self.db, ids, HitRow)
+            sources.update(rows[i].source if i in rows and rows[i].source else -i for i in ids)
+            if len(sources) >= k:
+                return False
+            read, batch = read + batch, 2 * batch
+        return True
 
     def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
         """Mark the tail no retriever supports: below the lowest cosine tier, matching under half

@@ -71,7 +71,7 @@ def of_query(query: str) -> list[str]:
     """
     found: list[str] = []
     for raw in query.split():
-        if _ABBREVIATION.fullmatch(raw):
+        if raw.isalnum() or _ABBREVIATION.fullmatch(raw):  # a plain word holds no punctuation
             continue
         token = _unwrapped(raw)
         if not 2 <= len(token) <= MAX_LENGTH or not token.isascii():

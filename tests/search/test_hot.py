@@ -137,6 +137,30 @@ def test_a_candidate_only_the_vector_side_found_gets_its_bm25_share_whatever_the
     assert differs_without > 0  # what the fill changes: without it the scores depend on depth
 
 
+@pytest.mark.parametrize("words", [8, 90], ids=["short query", "more terms than an int64 codes"])
+def test_the_terms_each_chunk_holds_are_those_sql_finds(notes: Memory, words: int) -> None:
+    # The index codes each row's terms as bits of one integer up to 62 terms, one term at a time
+    # past that: both must name the terms the SQL path names, for the cut and below it.
+    text = " ".join(QUESTIONS[:40])
+    terms = list(dict.fromkeys(fts.query_terms(notes.db, text)))[:words]
+    assert len(terms) == words
+    with notes.db.lock:
+        index = hot.serving(notes.db)
+        assert index is not None
+        ranked_ids, held, every = index.bm25(notes.db, terms, 200, None)
+        sql_held: dict[int, set[str]] = {}
+        sql_ranked = fts.search(notes.db, terms, 200, matched=sql_held)
+    assert [i for i, _ in ranked_ids] == [i for i, _ in sql_ranked]
+    assert held == {i: frozenset(t) for i, t in sql_held.items()}
+    assert len({frozenset(t) for t in held.values()}) > 1
+    below = [int(i) for i in index.ids[:400] if int(i) not in held]
+    _, below_held = every.of(below)
+    with notes.db.lock:
+        sql_below: dict[int, set[str]] = {}
+        fts.search(notes.db, terms, len(below), "c.id IN (SELECT unnest(?::BIGINT[]))", [below], sql_below)
+    assert below_held == {i: frozenset(t) for i, t in sql_below.items()}
+
+
 def test_writes_reach_the_index_without_a_rebuild(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
         mem.index(NOTES / "git")
