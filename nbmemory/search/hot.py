@@ -149,11 +149,17 @@ class HotIndex:
         self.delta = _Delta()
         self.ivf: _Ivf | None = None
         self.screen: screen_mod.Screen | None = None
+        #: Rows written while the screen is built in the background (:meth:`_start_screen`).
+        self._screen_touched: set[int] | None = None
 
     # -- building ---------------------------------------------------------------------------
-    def build(self, db: Database) -> None:
+    def build(self, db: Database, late_screen: bool = False) -> None:
         """Read everything: chunks, vectors, snapshot postings, delta, and (for a memory of up
         to :data:`~nbmemory.store.rows.PRELOAD_MAX` chunks) every live row.
+
+        ``late_screen``: the int8 screen (from :data:`~nbmemory.search.screen.MIN_ROWS` rows) is
+        built afterwards on a thread of its own (:meth:`_start_screen`), not here: for a build
+        inside a search, which would wait for it (about 250 ms at 11,000 rows).
 
         The reads run in a transaction of their own cursor, begun under the store's lock (no
         write in flight: writers hold it for their whole transaction), so searches and writes go
@@ -183,11 +189,8 @@ class HotIndex:
             self.snapshot = (seq <= mark) & self.live
             self._read_vectors(con, has_vectors)
             self.ivf = _Ivf.build(self) if self.n > ANN_MIN_ROWS else None
-            self.screen = (
-                screen_mod.Screen.build(self.mat, self.inv_norm)
-                if screen_mod.ENABLED and screen_mod.MIN_ROWS <= self.n <= ANN_MIN_ROWS
-                else None
-            )
+            screened = screen_mod.ENABLED and screen_mod.MIN_ROWS <= self.n <= ANN_MIN_ROWS
+            self.screen = screen_mod.Screen.build(self.mat, self.inv_norm) if screened and not late_screen else None
             self._read_postings(con, has_fts)
             self._read_delta(con, has_delta)
             preloaded = row_store.read_all(con) if self.n <= row_store.PRELOAD_MAX else None
@@ -197,6 +200,8 @@ class HotIndex:
             row_store.install(db, preloaded, epoch)
         self.build_ms = (time.perf_counter() - started) * 1000
         self.ready = True
+        if screened and late_screen:
+            self._start_screen(db)
         long_lived.settle()  # the terms and rows just read: no full collection walks them again
 
     def _read_vectors(self, con: Any, has_vectors: bool) -> None:
@@ -312,6 +317,29 @@ class HotIndex:
                 keep = ~np.isin(held[0], at[found])
                 delta.postings[term] = (held[0][keep], held[1][keep], held[2][keep])
 
+    def _start_screen(self, db: Database) -> None:
+        """Build the screen in the background; the float32 scan serves meanwhile. The rows that
+        writes change during the build (:meth:`sync` notes them in ``_screen_touched``) may be
+        read half written: once it is built they are marked stale, i.e. scanned exactly."""
+        touched: set[int] = set()
+        self._screen_touched = touched
+        mat, inv_norm = self.mat, self.inv_norm
+
+        def run() -> None:
+            try:
+                built = screen_mod.Screen.build(mat, inv_norm)
+            except Exception:  # an optimisation: the float32 scan keeps serving
+                built = None
+            with db.lock:
+                if self._screen_touched is not touched:
+                    return
+                self._screen_touched = None
+                if built is not None:
+                    built.stale[[r for r in touched if r < built.n]] = True
+                    self.screen = built
+
+        threading.Thread(target=run, name="nbmemory-screen-build", daemon=True).start()
+
     # -- keeping in step --------------------------------------------------------------------
     def sync(self, db: Database) -> bool:
         """Apply the writes noted since the last search. False when they need a rebuild instead."""
@@ -345,6 +373,8 @@ class HotIndex:
             self.screen.stale[at[found & (at < self.screen.n)]] = True
             if self.screen.drift(self.n) > screen_mod.MAX_DRIFT:
                 return False
+        if self._screen_touched is not None:
+            self._screen_touched.update(at[found].tolist())
         # A deleted or forgotten chunk has no vector: only live ones are read, those their writer
         # gave from memory, the rest from the table.
         live_ids = [i for i in changed.tolist() if state.get(i, (False, 0))[0]]
@@ -670,7 +700,7 @@ def serving(db: Database) -> HotIndex | None:
         if int(db.scalar("SELECT count(*) FROM chunks")) > SYNC_BUILD_ROWS:
             _start_build(db, index)
             return None
-        index.build(db)
+        index.build(db, late_screen=True)
     if not index.ready:
         return None
     if index.rebuilds != db.rebuilds or not index.sync(db):

@@ -163,3 +163,51 @@ def test_a_memory_searched_through_the_screen_ranks_as_without_it(
         assert all(first not in [i for i, _ in hits] for hits in after)
         served(False)
         assert search_ids(mem, queries) == after
+
+
+def test_a_screen_built_after_the_search_that_built_the_index_scans_rows_written_meanwhile_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An index built inside a search gets its screen afterwards, on a thread of its own. Rows the
+    # writes of that time change may have been read half written: they must be scanned exactly.
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=64)) as mem:
+        texts = [f"note {n} about {' '.join(f'w{(n * 7 + j) % 97}' for j in range(12))}" for n in range(1500)]
+        ids = mem.remember_many(texts)
+        monkeypatch.setattr(screen_mod, "MIN_ROWS", 0)
+        read, release = threading.Event(), threading.Event()
+        build = Screen.build
+
+        def held(mat: np.ndarray, inv_norm: np.ndarray) -> Screen | None:
+            made = build(mat, inv_norm)  # the rows as they are before the writes below
+            read.set()
+            release.wait(60)
+            return made
+
+        monkeypatch.setattr(Screen, "build", staticmethod(held))
+        hot.reset(mem.db)
+        mem.search("w1 w2", log=False)  # builds the index in the search, the screen after it
+        assert read.wait(60)
+        rewritten = ids[100:140]
+        for n, item in enumerate(rewritten):
+            mem.update(item, text=f"rewritten zq{n} zr{n} zs{n}")
+        mem.forget(ids[200])
+        mem.remember_many([f"added zq{n} zr{n} later" for n in range(20)])
+        queries = [f"zq{n} zr{n} zs{n}" for n in range(40)]
+        mem.search(queries[0], log=False)  # applies the writes while the screen is built
+        with mem.db.lock:
+            index = hot.serving(mem.db)
+        assert index is not None and index.screen is None
+        release.set()
+        for _ in range(600):
+            if index.screen is not None:
+                break
+            threading.Event().wait(0.05)
+        assert index.screen is not None
+        rows, _ = index.rows_of(np.asarray(rewritten, dtype=np.int64))
+        assert index.screen.stale[rows].all()
+        screened = search_ids(mem, queries)
+        monkeypatch.setattr(screen_mod, "MIN_ROWS", 10**9)
+        hot.reset(mem.db)
+        index = hot.ensure(mem.db)
+        assert index is not None and index.screen is None
+        assert search_ids(mem, queries) == screened
