@@ -563,14 +563,13 @@ class HotIndex:
         scores = ((self.mat @ q) * self.inv_norm)[rows]
         return lambda _limit: (rows, scores)
 
-    def vectors(self, chunk_ids: Iterable[int]) -> dict[int, np.ndarray]:
+    def vectors(self, chunk_ids: Iterable[int]) -> vectors.Rows:
         """The stored vectors of those chunk ids this index holds (copies)."""
         ids = np.fromiter(chunk_ids, dtype=np.int64)
         at, found = self.rows_of(ids)
         if self.n:
             found &= self.has_vec[at]
-        block = self.mat[at[found]]  # one copy for all (rows of a new array, not of the index)
-        return dict(zip(ids[found].tolist(), block, strict=True))
+        return vectors.Rows(ids[found].tolist(), self.mat[at[found]])  # one copy, not rows of the index
 
     def chunks_written(self, chunk_ids: list[int], vecs: np.ndarray | None) -> None:
         """Chunks written or deleted (inside the writer's transaction): the next :meth:`sync`

@@ -12,42 +12,46 @@ from nbmemory.search import decay
 from nbmemory.search.vector import stored
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
+from nbmemory.store.vectors import Rows
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
     return v / (float(np.linalg.norm(v)) or 1.0)
 
 
-def _unit_rows(vecs: dict[int, np.ndarray]) -> tuple[list[int], np.ndarray]:
-    """(ids, their vectors as unit-length rows; a zero vector stays zero)."""
-    keys = list(vecs)
+def _unit_rows(vecs: Mapping[int, np.ndarray], ids: list[int]) -> tuple[list[int], np.ndarray]:
+    """(those of ``ids`` that ``vecs`` holds, their vectors as unit-length rows; a zero vector
+    stays zero). Each row is scaled on its own: the same values whatever rows come with it."""
+    keys, mat = Rows.of(vecs).take(ids)
     if not keys:
         return keys, np.empty((0, 0), dtype=np.float32)
-    mat = np.stack([vecs[i] for i in keys])
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return keys, mat / np.where(norms > 0, norms, 1.0)
 
 
-#: Where a search keeps the stored vectors it has read, in its query's memo: (ids asked, found),
-#: under this name and the store's count of full rebuilds (a re-embed swap between two passes
-#: makes them stale).
+#: Where a search keeps the stored vectors it has read, in its query's memo: (ids asked, their
+#: vectors), under this name and the store's count of full rebuilds (a re-embed swap between two
+#: passes makes them stale).
 _READ = "stored_vectors"
 
 
-def stored_once(db: Database, ids: list[int], memo: dict[Any, Any] | None) -> dict[int, np.ndarray]:
-    """The stored vectors of ``ids`` (in that order); those this search (``memo``: its query's
-    store) has not asked for yet are read together (one hold of the store's lock when the
-    memory-resident index serves), the others come from the memo. Fusion reads the candidates'
-    here and the pool then finds them: a search that takes the lock once less waits once less
-    for a write. ``memo`` None: all read now."""
+def stored_once(db: Database, ids: list[int], memo: dict[Any, Any] | None) -> Mapping[int, np.ndarray]:
+    """The stored vectors of ``ids`` (and of others this search read before); those this search
+    (``memo``: its query's store) has not asked for yet are read together (one hold of the
+    store's lock when the memory-resident index serves), the others come from the memo. Fusion
+    reads the candidates' here and the pool then finds them: a search that takes the lock once
+    less waits once less for a write. ``memo`` None: all read now."""
     if memo is None:
         return stored(db, ids)
-    asked, found = memo.setdefault((_READ, db.rebuilds), (set(), {}))
+    key = (_READ, db.rebuilds)
+    held: tuple[set[int], Rows] | None = memo.get(key)
+    asked, found = held if held is not None else (set(), Rows([], np.empty((0, 0), dtype=np.float32)))
     new = [i for i in ids if i not in asked]
     if new:
-        found.update(stored(db, new))
+        found = found.joined(stored(db, new))
         asked.update(new)
-    return {i: found[i] for i in ids if i in found}
+        memo[key] = (asked, found)
+    return found
 
 
 def cosines(
@@ -64,8 +68,7 @@ def cosines(
     out = dict(known)
     missing = [i for i in ids if i not in out]
     if missing:
-        found = stored(db, missing) if vectors is None else {i: vectors[i] for i in missing if i in vectors}
-        keys, unit = _unit_rows(found)
+        keys, unit = _unit_rows(stored(db, missing) if vectors is None else vectors, missing)
         if keys:
             out.update(zip(keys, (unit @ _unit(qvec)).tolist(), strict=True))
     return out
@@ -95,7 +98,7 @@ class Pool:
         wanted = self.ids if ids is None else ids
         missing = [i for i in wanted if i not in self._vectors_read]
         if missing:
-            keys, unit = _unit_rows(stored_once(self.db, missing, self.memo))
+            keys, unit = _unit_rows(stored_once(self.db, missing, self.memo), missing)
             self._vectors.update(zip(keys, unit, strict=True))
             self._vectors_read.update(missing)
         if ids is None:

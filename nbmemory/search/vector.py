@@ -5,6 +5,7 @@ exact scan, HNSW, HNSW with a filter, or HNSW falling back to exact).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,7 +86,7 @@ def nearest(
     return vectors.search(db, query, limit, dim, where, params)
 
 
-def stored(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
+def stored(db: Database, chunk_ids: list[int]) -> Mapping[int, np.ndarray]:
     """The stored vectors of ``chunk_ids``: from the memory-resident index when it serves, else
     from the table (:func:`nbmemory.store.vectors.get`)."""
     if not chunk_ids:

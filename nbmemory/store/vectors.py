@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -227,6 +227,47 @@ def put(db: Database, chunk_ids: list[int], vectors: np.ndarray, fresh: bool = F
     if not fresh:
         db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids])
     db.with_arrow("_nbm_new_vectors", table, "INSERT INTO vectors SELECT chunk_id, vec FROM _nbm_new_vectors")
+
+
+class Rows(Mapping[int, np.ndarray]):
+    """Vectors by chunk id, held as the rows of one matrix: :meth:`take` gathers several with one
+    index of the matrix (a stack of one array per vector costs a few microseconds each)."""
+
+    def __init__(self, ids: list[int], mat: np.ndarray) -> None:
+        self.mat = mat
+        self._at = dict(zip(ids, range(len(ids)), strict=True))
+
+    @classmethod
+    def of(cls, vecs: Mapping[int, np.ndarray]) -> Rows:
+        if isinstance(vecs, Rows):
+            return vecs
+        ids = list(vecs)
+        return cls(ids, np.stack([vecs[i] for i in ids]) if ids else np.empty((0, 0), dtype=np.float32))
+
+    def __getitem__(self, chunk_id: int) -> np.ndarray:
+        return self.mat[self._at[chunk_id]]
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self._at
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def take(self, chunk_ids: Iterable[int]) -> tuple[list[int], np.ndarray]:
+        """Those of ``chunk_ids`` held, in their order, and their vectors as one matrix (a copy)."""
+        keys = [i for i in chunk_ids if i in self._at]
+        return keys, self.mat[[self._at[i] for i in keys]]
+
+    def joined(self, other: Mapping[int, np.ndarray]) -> Rows:
+        """These rows and ``other``'s (one of them for an id both hold)."""
+        more = Rows.of(other)
+        if not len(self):
+            return more
+        keys, mat = more.take(i for i in more if i not in self._at)
+        return Rows([*self._at, *keys], np.concatenate([self.mat, mat])) if keys else self
 
 
 def get(db: Database, chunk_ids: list[int]) -> dict[int, np.ndarray]:
