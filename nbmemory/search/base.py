@@ -134,6 +134,11 @@ class Retrieved:
     def scores(self) -> dict[int, float]:
         return dict(self.ranked)
 
+    @functools.cached_property
+    def ranks(self) -> dict[int, int]:
+        """Item -> its 1-based rank (fusion and hydration both read them)."""
+        return dict(zip(self.ids, range(1, len(self.ids) + 1), strict=True))
+
 
 @runtime_checkable
 class Retriever(Protocol):
@@ -153,7 +158,7 @@ class Retriever(Protocol):
 
 def retriever_ranks(found: Mapping[str, Retrieved]) -> dict[str, dict[int, int]]:
     """Retriever -> item -> its 1-based rank there."""
-    return {name: {doc: r for r, doc in enumerate(got.ids, start=1)} for name, got in found.items()}
+    return {name: got.ranks for name, got in found.items()}
 
 
 def retriever_scores(found: Mapping[str, Retrieved]) -> dict[str, dict[int, float]]:

@@ -129,17 +129,23 @@ def place(row: HitRow) -> str:
     return where
 
 
-def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
-    """A window of ``text`` around the first query word it contains."""
+def snippet(text: str, query: str | list[str], width: int = SNIPPET_CHARS) -> str:
+    """A window of ``text`` around the first query word it contains (``query``: the text, or
+    its words as :func:`snippet_words` gives them)."""
     flat = " ".join(text.split())
     if len(flat) <= width:
         return flat
-    words = [w for w in re.findall(r"\w{3,}", query.lower())]
+    words = snippet_words(query) if isinstance(query, str) else query
     lower = flat.lower()
     positions = [p for p in (lower.find(w) for w in words) if p >= 0]
     start = max(0, min(positions) - width // 4) if positions else 0
     piece = flat[start : start + width]
     return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
+
+
+def snippet_words(query: str) -> list[str]:
+    """The words of ``query`` a snippet is cut around: three characters or more, lower-cased."""
+    return re.findall(r"\w{3,}", query.lower())
 
 
 def hydrate(
@@ -171,6 +177,7 @@ def hydrate(
     if missing:
         by_id.update(fetch_rows(db, missing, HitRow))
     hits = []
+    words = snippet_words(query)
     for doc, score in ranked:
         row = by_id.get(doc)
         if row is None:
@@ -180,7 +187,7 @@ def hydrate(
                 id=doc,
                 score=score,
                 text=row.text,
-                snippet=snippet(row.text, query),
+                snippet=snippet(row.text, words),
                 source=row.source,
                 kind=row.kind,
                 namespace=row.namespace,
