@@ -72,6 +72,9 @@ class BM25Scores:
     scores: np.ndarray
     holds: np.ndarray
     term_rows: dict[str, np.ndarray]
+    #: Per row, the query terms it holds as bits (``term_rows``' order): made at the first
+    #: :meth:`matched`, once per query, so that each later one reads only its rows.
+    _codes: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def empty(cls) -> BM25Scores:
@@ -80,16 +83,16 @@ class BM25Scores:
     def matched(self, rows: np.ndarray) -> dict[int, frozenset[str]]:
         """Chunk id -> the query terms it holds, for ``rows`` that hold any. Rows holding the
         same terms share one (immutable) set: each row's terms are bits of one integer, and a
-        set is made per distinct integer (a few per query), not per row."""
+        set is made per distinct integer (a few per query), not per row. Cost: linear in
+        ``rows`` (and, once per query, in the postings of its terms)."""
         terms = list(self.term_rows)
         if len(terms) > _MAX_CODED_TERMS:
             return self._matched_by_term(rows)
-        codes = np.zeros(len(rows), dtype=np.int64)
-        flags = np.zeros(len(self.ids), dtype=bool)
-        for bit, held in enumerate(self.term_rows.values()):
-            flags[held] = True
-            codes |= flags[rows].astype(np.int64) << bit
-            flags[held] = False
+        if self._codes is None:
+            self._codes = np.zeros(len(self.ids), dtype=np.int64)
+            for bit, held in enumerate(self.term_rows.values()):
+                self._codes[held] |= np.int64(1) << bit
+        codes = self._codes[rows]
         holding = codes != 0
         codes = codes[holding]
         sets = {c: frozenset(t for bit, t in enumerate(terms) if c >> bit & 1) for c in set(codes.tolist())}
