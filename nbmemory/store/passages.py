@@ -396,15 +396,37 @@ def vectors_of(db: Database, fingerprint: str, hashes: Sequence[str]) -> dict[st
     return {h: held[h] for h in hashes if h in held}
 
 
+#: A window whose float32 cosine is within this of its chunk's best is scored again in float64
+#: (the float32 cosine of 384 products is off by under 1e-6).
+_NEAR_BEST = 1e-4
+
+
 def best(db: Database, fingerprint: str, qvec: np.ndarray, hashes: dict[int, str]) -> dict[int, float]:
-    """The best passage cosine of each chunk id in ``hashes`` (id -> content hash) that has passages."""
+    """The best passage cosine of each chunk id in ``hashes`` (id -> content hash) that has passages.
+
+    Its value is the float64 cosine, summed as the memory-resident index re-scores chunk cosines
+    (row by row): a passage equal to another chunk's whole text then ties with it exactly. Every
+    window is scored in float32 first; only those within :data:`_NEAR_BEST` of their chunk's
+    best (one or two of each chunk's windows) are scored again in float64, and the best of those
+    is the best of all."""
     found = vectors_of(db, fingerprint, list(hashes.values()))
     ids = [i for i, h in hashes.items() if h in found]
     if not ids:
         return {}
-    mats = [found[hashes[i]] for i in ids]
-    starts = np.cumsum([0] + [len(m) for m in mats[:-1]])
-    # Summed as the memory-resident index re-scores chunk cosines (float64, row by row): a
-    # passage equal to another chunk's whole text then ties with it exactly.
-    sims = cosine64(np.concatenate(mats), qvec)
-    return {i: float(v) for i, v in zip(ids, np.maximum.reduceat(sims, starts), strict=True)}
+    sims = best_cosines([found[hashes[i]] for i in ids], qvec)
+    return dict(zip(ids, sims.tolist(), strict=True))
+
+
+def best_cosines(mats: Sequence[np.ndarray], qvec: np.ndarray) -> np.ndarray:
+    """For each matrix of window vectors (one or more rows), the largest float64 cosine
+    (:func:`~nbmemory.store.vectors.cosine64`) of a row to ``qvec``: see :func:`best`."""
+    sizes = np.array([len(m) for m in mats])
+    starts = np.concatenate([[0], np.cumsum(sizes[:-1])])
+    stacked = np.concatenate(mats)
+    q32 = np.asarray(qvec, dtype=np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", stacked, stacked)) * np.float32(np.linalg.norm(q32))
+    approx = (stacked @ q32) / np.where(norms > 0, norms, np.float32(1.0))
+    near = np.flatnonzero(approx >= np.repeat(np.maximum.reduceat(approx, starts), sizes) - _NEAR_BEST)
+    sims = np.full(len(stacked), -np.inf)
+    sims[near] = cosine64(stacked[near], qvec)
+    return np.maximum.reduceat(sims, starts)

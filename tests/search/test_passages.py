@@ -215,3 +215,28 @@ def test_a_large_memory_reads_its_passages_in_the_background_and_loses_no_write(
         assert isinstance(held, dict) and digest in held and len(held) == 2
         stored = read(mem.db, fake_embedder.fingerprint, [digest])[digest]
         assert np.array_equal(held[digest], stored)
+
+
+def test_the_best_window_is_the_float64_best_of_every_window() -> None:
+    # Windows are scored in float32 first and only those near their chunk's best again in float64:
+    # the value must be the float64 best of all, with windows that differ past float32's precision,
+    # exact copies, zero vectors and chunks of one window.
+    from nbmemory.store.passages import best_cosines
+    from nbmemory.store.vectors import cosine64
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal(384).astype(np.float32)
+    mats = []
+    for n in range(300):
+        m = rng.standard_normal((1 + n % 9, 384)).astype(np.float32)
+        if n % 3 == 0:  # a window a hair from the best one: which wins is float64's call
+            top = int(np.argmax(cosine64(m, q)))
+            m = np.concatenate([m, m[top : top + 1] + np.float32(1e-7) * rng.standard_normal((1, 384)).astype(np.float32)])
+        if n % 5 == 0:
+            m = np.concatenate([m, m[:1]])  # an exact copy
+        if n % 7 == 0:
+            m[0] = 0.0
+        mats.append(m)
+    mats.append(np.zeros((2, 384), dtype=np.float32))
+    want = [float(cosine64(m, q).max()) for m in mats]
+    assert best_cosines(mats, q).tolist() == want
