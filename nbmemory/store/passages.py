@@ -423,6 +423,8 @@ def best_cosines(mats: Sequence[np.ndarray], qvec: np.ndarray) -> np.ndarray:
     sizes = np.array([len(m) for m in mats])
     starts = np.concatenate([[0], np.cumsum(sizes[:-1])])
     stacked = np.concatenate(mats)
+    if len(stacked) <= 2 * len(mats):  # a window or two each: float64 for all costs less than the screen
+        return np.maximum.reduceat(cosine64(stacked, qvec), starts)
     q32 = np.asarray(qvec, dtype=np.float32)
     norms = np.sqrt(np.einsum("ij,ij->i", stacked, stacked)) * np.float32(np.linalg.norm(q32))
     approx = (stacked @ q32) / np.where(norms > 0, norms, np.float32(1.0))

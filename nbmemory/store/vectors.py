@@ -356,4 +356,6 @@ def cosine64(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
     q = np.asarray(query, dtype=np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * math.sqrt(float(np.dot(q, q)))
     dots = np.einsum("ij,j->i", v, q)
+    if norms.all():
+        return dots / norms
     return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)

@@ -240,3 +240,5 @@ def test_the_best_window_is_the_float64_best_of_every_window() -> None:
     mats.append(np.zeros((2, 384), dtype=np.float32))
     want = [float(cosine64(m, q).max()) for m in mats]
     assert best_cosines(mats, q).tolist() == want
+    few = [m[: 1 + n % 2] for n, m in enumerate(mats)]  # a window or two each: all in float64
+    assert best_cosines(few, q).tolist() == [float(cosine64(m, q).max()) for m in few]
