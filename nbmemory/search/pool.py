@@ -148,4 +148,21 @@ class Pool:
     def texts(self, ids: list[int]) -> dict[int, str]:
         """What dedup and the reranker read of each of ``ids``: the heading, then the text."""
         rows = self.rows(ids)
-        return {i: (f"{row.heading}\n{row.text}" if row.heading else str(row.text)) for i, row in rows.items()}
+        return {i: _text_of(row) for i, row in rows.items()}
+
+
+#: The heading and text of each content (by content hash) as one string: the same object search
+#: after search, so dedup's cache of words (:func:`nbmemory.search.dedup.words`) finds it by a
+#: hash computed once, not by hashing the text again (notebook cells: kilobytes each).
+_TEXTS: dict[str, str] = {}
+#: Contents held at most (as many as dedup's cache of words; emptied when full).
+TEXTS_MAX = 20_000
+
+
+def _text_of(row: CandidateRow) -> str:
+    text = _TEXTS.get(row.content_hash)
+    if text is None:
+        if len(_TEXTS) >= TEXTS_MAX:
+            _TEXTS.clear()
+        text = _TEXTS[row.content_hash] = f"{row.heading}\n{row.text}" if row.heading else str(row.text)
+    return text

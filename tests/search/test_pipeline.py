@@ -80,6 +80,19 @@ def test_dedup_collapses_a_note_stored_twice(mem: Memory, notes: dict[str, int])
     assert notes["Rotate"] in off.ids and again.id in off.ids
 
 
+def test_dedup_reads_a_note_as_it_is_now_after_an_edit(mem: Memory, notes: dict[str, int]) -> None:
+    # Dedup reads each candidate's text through a cache keyed by its content: an edit that makes
+    # two notes the same must be seen at the next search, and one that makes them differ again too.
+    other = mem.remember("Vault tokens for payments get rotated each quarter by the platform team.")
+    assert len(mem.search("rotate api token", k=5, log=False).trace.stage("dedup").dropped) == 0  # type: ignore[union-attr]
+    mem.update(other.id, text="Rotate the API token for the payments service every 90 days with vault.")
+    stage = mem.search("rotate api token", k=5, log=False).trace.stage("dedup")
+    assert stage is not None and len(stage.dropped) == 1
+    mem.update(other.id, text="Vault tokens for payments get rotated each quarter by the platform team.")
+    stage = mem.search("rotate api token", k=5, log=False).trace.stage("dedup")
+    assert stage is None or not stage.dropped
+
+
 def test_superseded_note_ranks_below_its_successor(mem: Memory, notes: dict[str, int]) -> None:
     new = mem.remember("The staging database of auth-gateway moved to db-stg-47.internal.")
     old = notes["The"]
