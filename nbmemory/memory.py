@@ -347,6 +347,7 @@ class Memory:
 
     def link(self, src: int, dst: int, type: str = "related", note: str | None = None) -> None:
         item_rows.check_link(src, dst, type)
+        validate.check_unicode(note, "the link's note")
         self.get(src, touch=False)
         self.get(dst, touch=False)
         item_rows.add_link(self.db, src, dst, type, note)

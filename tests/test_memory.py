@@ -521,3 +521,12 @@ def test_stats_counts_the_write_ahead_log_in_the_file_size(tmp_path: Path) -> No
         wal = tmp_path / "m.duckdb.wal"
         on_disk = (tmp_path / "m.duckdb").stat().st_size + (wal.stat().st_size if wal.exists() else 0)
         assert mem.stats()["file_mb"] == round(on_disk / 1e6, 2)
+
+
+def test_a_link_note_that_is_not_valid_unicode_is_refused_by_name(fake_mem: Memory) -> None:
+    a, b = fake_mem.remember("first note"), fake_mem.remember("second note")
+    with pytest.raises(ConfigError, match="link's note is not valid Unicode"):
+        fake_mem.link(a.id, b.id, note="bad \ud800 note")
+    assert fake_mem.links(a.id) == []
+    fake_mem.link(a.id, b.id, note="fine")
+    assert [link["note"] for link in fake_mem.links(a.id)] == ["fine"]
