@@ -10,6 +10,7 @@ import numpy as np
 
 from nbmemory.search import decay
 from nbmemory.search.vector import stored
+from nbmemory.store.chunks import embedding_text
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
 from nbmemory.store.vectors import Rows
@@ -164,5 +165,5 @@ def _text_of(row: CandidateRow) -> str:
     if text is None:
         if len(_TEXTS) >= TEXTS_MAX:
             _TEXTS.clear()
-        text = _TEXTS[row.content_hash] = f"{row.heading}\n{row.text}" if row.heading else str(row.text)
+        text = _TEXTS[row.content_hash] = embedding_text(row.heading, row.text)
     return text
