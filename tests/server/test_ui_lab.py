@@ -83,40 +83,83 @@ def visible_notebook(page: Any) -> Any:
     return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
 
 
-def open_search_notebook(page: Any) -> Any:
+def open_search_notebook(page: Any, lab: Lab) -> Any:
     """Open work/search.ipynb, run its cells in a real kernel, return the notebook panel."""
-    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', {path: 'work/search.ipynb'})")
+    path = "work/search.ipynb"
+    page.evaluate(f"() => window.jupyterapp.commands.execute('docmanager:open', {{path: '{path}'}})")
     notebook = visible_notebook(page)
     notebook.locator(".jp-Cell").first.wait_for(state="visible")
     if notebook.locator("a.nbmemory-loc").count() < 2:
-        # Runs once the kernel is up.
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    notebook.locator(".jp-Cell").nth(1).locator("a.nbmemory-loc").wait_for(timeout=180_000)
+        run_all(page, path)
+    wait_in_output(page, lab, notebook.locator(".jp-Cell").nth(1).locator("a.nbmemory-loc"))
     return notebook
 
 
-def run_all(page: Any) -> None:
-    """Run every cell of the current notebook, picking its kernel if Lab asks which.
+# The state of the current notebook's own kernel: "idle" once it is connected and can run.
+KERNEL_STATE = """(path) => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    if (!panel || !panel.context || panel.context.path !== path) return 'another tab is current';
+    const kernel = panel.sessionContext.session?.kernel;
+    if (!kernel) return 'no kernel yet';
+    return kernel.connectionStatus === 'connected' ? kernel.status : kernel.connectionStatus;
+}"""
 
-    Lab asks only when no kernel is chosen yet, and may ask after many seconds; a run asked for
-    before the kernel was chosen is dropped. So: ask, answer the kernel question when it comes,
-    and ask again every 15 s until the first cell is queued or run (its prompt shows ``*`` or a
-    number)."""
+
+def run_all(page: Any, path: str) -> None:
+    """Run every cell of the notebook at ``path`` (the current tab) once its kernel is idle.
+
+    Lab starts the kernel a notebook names when it opens it, at a moment that depends on the
+    load, and asks which kernel only when none is chosen; a run asked for before the kernel is
+    connected can be dropped, and opening one notebook can start and stop a kernel for another.
+    So: answer the kernel question when it comes, wait until this notebook's own kernel is
+    connected and idle, run, and ask again every 15 s until the first cell is queued or run (its
+    prompt shows ``*`` or a number)."""
     run = "() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
     select = page.locator(".jp-Dialog button", has_text="Select")
     prompt = visible_notebook(page).locator(".jp-Cell").first.locator(".jp-InputPrompt")
-    page.evaluate(run)
-    for step in range(1, 481):  # a hang guard of 2 minutes, in steps of 250 ms
+    state = ""
+    for _ in range(480):  # a hang guard of 2 minutes, in steps of 250 ms
         if select.is_visible():
             select.click()
             select.wait_for(state="detached")
-            page.evaluate(run)
-        elif re.search(r"\[[*0-9]+\]", prompt.inner_text()):
+        state = page.evaluate(KERNEL_STATE, path)
+        if state == "idle":
+            break
+        page.wait_for_timeout(250)
+    else:
+        raise AssertionError(f"the kernel of {path} is not ready after 2 minutes: {state}")
+    page.evaluate(run)
+    for step in range(1, 481):
+        if re.search(r"\[[*0-9]+\]", prompt.inner_text()):
             return
-        elif step % 60 == 0:
+        if step % 60 == 0:
             page.evaluate(run)
         page.wait_for_timeout(250)
-    raise AssertionError("Lab neither asked for a kernel nor ran the notebook's first cell")
+    raise AssertionError(
+        f"Lab did not run the first cell of {path}: kernel {page.evaluate(KERNEL_STATE, path)}"
+    )
+
+
+def wait_in_output(page: Any, lab: Lab, target: Any, timeout_ms: int = 180_000) -> None:
+    """Wait for ``target`` in the visible notebook; on a timeout, fail with what the page showed
+    (tab, prompts, outputs, dialogs, kernel status) and the end of the Lab server's log, which
+    holds the kernels' stderr."""
+    try:
+        target.wait_for(timeout=timeout_ms)
+    except sync_api.TimeoutError:
+        notebook = visible_notebook(page)
+        shown = {
+            "tab": page.locator(".lm-TabBar-tab.lm-mod-current").all_inner_texts(),
+            "prompts": notebook.locator(".jp-InputPrompt").all_inner_texts(),
+            "outputs": [text[:2000] for text in notebook.locator(".jp-OutputArea").all_inner_texts()],
+            "dialogs": page.locator(".jp-Dialog").all_inner_texts(),
+            "kernel": page.locator(".jp-Notebook-ExecutionIndicator, .jp-KernelStatus").all_inner_texts(),
+            "page dialogs": page.dialogs,
+        }
+        log = (lab.root.parent / "lab.log").read_text(errors="replace")[-6000:]
+        raise AssertionError(
+            f"not shown in {timeout_ms / 1000:.0f} s: {shown}\nlab.log ends:\n{log}"
+        ) from None
 
 
 def show_sidebar_after_reload(page: Any) -> None:
@@ -165,7 +208,7 @@ def test_markdown_link_in_memsearch_table_opens_in_this_lab_at_the_line(page: An
     assert expected["path"] == "runbook.md" and expected["line_start"] > 40
     target_line = NOTE.splitlines()[expected["line_start"] - 1]
 
-    notebook = open_search_notebook(page)
+    notebook = open_search_notebook(page, lab)
     link = notebook.locator("a.nbmemory-loc[data-nbmemory-open='runbook.md']").first
     # The table names the line range, not just the file.
     assert f"runbook.md:{expected['line_start']}" in link.inner_text()
@@ -183,8 +226,8 @@ def test_markdown_link_in_memsearch_table_opens_in_this_lab_at_the_line(page: An
     page.screenshot(path=str(SCREENSHOTS / "hit-at-line.png"))
 
 
-def test_notebook_link_in_memsearch_table_activates_the_cell(page: Any) -> None:
-    notebook = open_search_notebook(page)
+def test_notebook_link_in_memsearch_table_activates_the_cell(page: Any, lab: Lab) -> None:
+    notebook = open_search_notebook(page, lab)
     link = notebook.locator(".jp-Cell").nth(1).locator("a.nbmemory-loc[data-nbmemory-open='deploy.ipynb']")
     label = link.inner_text()
     # The notebook with its folder (the kernel runs in work/, the notebook is in the root).
@@ -217,9 +260,9 @@ def test_explorer_link_opens_in_this_lab_at_the_line(page: Any, lab: Lab) -> Non
     )
     notebook = visible_notebook(page)
     notebook.locator(".jp-Cell").first.wait_for(state="visible")
-    run_all(page)
+    run_all(page, "work/explore.ipynb")
     link = notebook.locator(".jp-OutputArea a.nbmemory-loc[data-nbmemory-open='runbook.md']").first
-    link.wait_for(timeout=180_000)
+    wait_in_output(page, lab, link)
     # The widget's href is a whole new Lab in a new browser tab; the click must open the file here.
     assert link.get_attribute("target") == "_blank"
     pages_before = len(page.context.pages)
