@@ -99,7 +99,7 @@ def open_search_notebook(page: Any, lab: Lab) -> Any:
 KERNEL_STATE = """(path) => {
     const panel = window.jupyterapp.shell.currentWidget;
     if (!panel || !panel.context || panel.context.path !== path) return 'another tab is current';
-    const kernel = panel.sessionContext.session?.kernel;
+    const kernel = panel.sessionContext?.session?.kernel;
     if (!kernel) return 'no kernel yet';
     return kernel.connectionStatus === 'connected' ? kernel.status : kernel.connectionStatus;
 }"""
