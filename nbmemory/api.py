@@ -92,12 +92,19 @@ class MemoryAPI(Protocol):
         namespace: str | None = None,
         source: str | None = None,
         heading: str = "",
+        at: str | datetime | None = None,
+        speaker: str | None = None,
+        conversation: str | None = None,
         request_key: str | None = None,
     ) -> Item:
         """Store a piece of text; it is found by the very next search.
 
-        ``request_key`` makes the call idempotent: a retry with the same key (a client whose
-        owner died after committing) returns the item stored the first time.
+        For a conversation turn, ``at`` is when it was said (a datetime, an aware one converted to
+        UTC, or an ISO 8601 string such as ``"2023-05-08T13:56"``), ``speaker`` who said it
+        (``"user"``, ``"assistant"``, ``"Caroline"``) and ``conversation`` the conversation or
+        session it belongs to; searches filter on the last two, and ``since``/``until`` range over
+        ``at`` where it is set. ``request_key`` makes the call idempotent: a retry with the same key
+        (a client whose owner died after committing) returns the item stored the first time.
         """
         ...
 
@@ -110,13 +117,18 @@ class MemoryAPI(Protocol):
         namespace: str | None = None,
         sources: Sequence[str | None] | None = None,
         headings: Sequence[str] | None = None,
+        times: Sequence[str | datetime | None] | None = None,
+        speakers: Sequence[str | None] | None = None,
+        conversations: Sequence[str | None] | None = None,
         batch_size: int = 512,
         progress: Callable[[int], None] | None = None,
         request_key: str | None = None,
     ) -> list[int]:
         """Store many texts at once (batched embedding, one transaction per batch).
 
-        Returns the new ids in input order. Empty texts are rejected before anything is written.
+        ``sources``, ``headings``, ``times``, ``speakers`` and ``conversations`` give one value per
+        text (see :meth:`remember` for the last three: the turns of a conversation). Returns the new
+        ids in input order. Empty texts and bad values are rejected before anything is written.
         With ``request_key``, a retried call skips the batches already committed.
         """
         ...
@@ -133,8 +145,15 @@ class MemoryAPI(Protocol):
         tags: Sequence[str] | None = None,
         importance: float | None = None,
         pinned: bool | None = None,
+        at: str | datetime | None = None,
+        speaker: str | None = None,
+        conversation: str | None = None,
     ) -> Item:
-        """Change an item's text, tags, importance or pin; new text is re-embedded and indexed."""
+        """Change an item's text, tags, importance, pin, event time, speaker or conversation; new
+        text is re-embedded and indexed.
+
+        None leaves a field as it is; ``""`` clears ``at``, ``speaker`` or ``conversation``.
+        """
         ...
 
     def forget(
@@ -190,13 +209,18 @@ class MemoryAPI(Protocol):
         tags: Sequence[str] = (),
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        speaker: str | None = None,
+        conversation: str | None = None,
         config: PipelineConfig | None = None,
         log: bool = True,
     ) -> SearchResult:
         """Hybrid search: BM25 and vector retrieval fused (convex by default, or RRF), then the stages.
 
         Filters restrict the results exactly (a filter matching 1 % of items still yields
-        ``k`` hits when ``k`` exist). Returned items have their retrieval counters raised.
+        ``k`` hits when ``k`` exist): see :class:`~nbmemory.search.filters.Filters`. ``since`` and
+        ``until`` range over when a thing happened (an item's event time, else its last update);
+        ``speaker`` and ``conversation`` match exactly. Returned items have their retrieval
+        counters raised.
         """
         ...
 

@@ -10,13 +10,19 @@ from nbmemory.own_output import mimebundle
 
 ITEM_COLUMNS = (
     "id, namespace, kind, source, text, heading, cell_id, cell_index, line_start, line_end, page, "
-    "tags, importance, pinned, access_count, retrieval_count, created_at, updated_at, deleted_at"
+    "tags, importance, pinned, access_count, retrieval_count, created_at, updated_at, deleted_at, "
+    "event_at, speaker, conversation"
 )
 
 
 @dataclass
 class Item:
-    """One stored chunk or remembered memory."""
+    """One stored chunk or remembered memory.
+
+    ``event_at``, ``speaker`` and ``conversation`` say when what it holds was said or happened
+    (naive UTC; ``created_at`` is when it was stored), who said it, and in which conversation or
+    session: set for conversation turns, None when not given.
+    """
 
     id: int
     namespace: str
@@ -37,6 +43,9 @@ class Item:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     deleted_at: datetime | None = None
+    event_at: datetime | None = None
+    speaker: str | None = None
+    conversation: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Item:
@@ -60,6 +69,9 @@ class Item:
             created,
             updated,
             deleted,
+            event_at,
+            speaker,
+            conversation,
         ) = row
         return cls(
             int(id_),
@@ -81,7 +93,19 @@ class Item:
             created,
             updated,
             deleted,
+            event_at,
+            speaker,
+            conversation,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The item as JSON-ready data: times as ISO strings, and its ``location``."""
+        data = asdict(self)
+        for name in ("created_at", "updated_at", "deleted_at", "event_at"):
+            value = getattr(self, name)
+            data[name] = value.isoformat() if value else None
+        data["location"] = self.location
+        return data
 
     @property
     def location(self) -> str:
@@ -126,6 +150,7 @@ class Hit:
     is relevant, from thresholds derived for the active model (``none`` when there are none).
     ``more`` lists the other chunks of the same source that ranked (best first) when results
     are grouped per source; ``weak`` marks a hit neither retriever supports (a weaker match).
+    ``event_at``, ``speaker`` and ``conversation`` are the item's (see :class:`Item`).
     """
 
     id: int
@@ -144,6 +169,9 @@ class Hit:
     tags: list[str] = field(default_factory=list)
     importance: float = 0.5
     updated_at: datetime | None = None
+    event_at: datetime | None = None
+    speaker: str | None = None
+    conversation: str | None = None
     ranks: dict[str, int] = field(default_factory=dict)
     retriever_scores: dict[str, float] = field(default_factory=dict)
     similarity: float | None = None
@@ -162,6 +190,7 @@ class Hit:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
+        data["event_at"] = self.event_at.isoformat() if self.event_at else None
         data["location"] = self.location
         data["found_by"] = self.found_by
         return data

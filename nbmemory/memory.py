@@ -183,6 +183,9 @@ class Memory:
         namespace: str | None = None,
         source: str | None = None,
         heading: str = "",
+        at: str | datetime | None = None,
+        speaker: str | None = None,
+        conversation: str | None = None,
         request_key: str | None = None,
     ) -> Item:
         if request_key is not None:
@@ -193,8 +196,13 @@ class Memory:
             raise ConfigError("nothing to remember: the text is empty")
         validate.check_importance(importance)
         validate.check_fields(text=text, heading=heading, source=source, namespace=namespace)
+        turn = (
+            [validate.event_time(at)],
+            [validate.turn_field(speaker, "speaker")],
+            [validate.turn_field(conversation, "conversation")],
+        )
         new_id = self._store_texts(
-            [text], namespace, validate.clean_tags(tags), importance, [source], [heading], request_key
+            [text], namespace, validate.clean_tags(tags), importance, [source], [heading], turn, request_key
         )[0]
         vectors.maybe_rebuild(self.db)
         return self.get(new_id, touch=False)
@@ -208,13 +216,25 @@ class Memory:
         namespace: str | None = None,
         sources: Sequence[str | None] | None = None,
         headings: Sequence[str] | None = None,
+        times: Sequence[str | datetime | None] | None = None,
+        speakers: Sequence[str | None] | None = None,
+        conversations: Sequence[str | None] | None = None,
         batch_size: int = 512,
         progress: Callable[[int], None] | None = None,
         request_key: str | None = None,
     ) -> list[int]:
-        validate.check_batch(texts, sources, headings)
+        validate.check_batch(
+            texts, sources, headings, times=times, speakers=speakers, conversations=conversations
+        )
         validate.check_unicode(namespace, "namespace")
         validate.check_importance(importance)
+        # Every value checked before anything is written (a bad one in the last batch stores nothing).
+        n = len(texts)
+        event_at = [validate.event_time(t, f"time {i}") for i, t in enumerate(times or [None] * n)]
+        speaker = [validate.turn_field(v, f"speaker {i}") for i, v in enumerate(speakers or [None] * n)]
+        conversation = [
+            validate.turn_field(v, f"conversation {i}") for i, v in enumerate(conversations or [None] * n)
+        ]
         self._require_model_match()
         clean_tags = validate.clean_tags(tags)
         ids: list[int] = []
@@ -233,6 +253,7 @@ class Memory:
                     importance,
                     sources[start:stop] if sources else [None] * (stop - start),
                     headings[start:stop] if headings else [""] * (stop - start),
+                    (event_at[start:stop], speaker[start:stop], conversation[start:stop]),
                     batch_key,
                 )
                 if progress is not None:
@@ -248,11 +269,13 @@ class Memory:
         importance: float,
         sources: Sequence[str | None],
         headings: Sequence[str],
+        turns: tuple[Sequence[datetime | None], Sequence[str | None], Sequence[str | None]],
         request_key: str | None = None,
     ) -> list[int]:
-        """Redact, embed and insert remembered texts in one transaction, with their request key."""
+        """Redact, embed and insert remembered texts in one transaction, with their request key.
+        ``turns``: the checked event times, speakers and conversations, one of each per text."""
         ns = namespace or self.settings.namespace
-        rows = remembered_rows(texts, ns, tags, importance, sources, headings)
+        rows = remembered_rows(texts, ns, tags, importance, sources, headings, *turns)
         with self._model.writing() as embedder:
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
             postings = fts.postings_of(self.db, [(r.heading, r.text) for r in rows])
@@ -276,8 +299,18 @@ class Memory:
         tags: Sequence[str] | None = None,
         importance: float | None = None,
         pinned: bool | None = None,
+        at: str | datetime | None = None,
+        speaker: str | None = None,
+        conversation: str | None = None,
     ) -> Item:
         validate.check_unicode(text, "text")
+        event: dict[str, Any] = {}
+        if at is not None:
+            event["event_at"] = validate.event_time(at)
+        if speaker is not None:
+            event["speaker"] = validate.turn_field(speaker, "speaker")
+        if conversation is not None:
+            event["conversation"] = validate.turn_field(conversation, "conversation")
         item = self.get(item_id, touch=False)
         clean_tags = None if tags is None else validate.clean_tags(tags)
         if importance is not None:
@@ -292,7 +325,7 @@ class Memory:
                 embedder = self._require_model_match()
                 new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
             with self.db.transaction():
-                item_rows.update(self.db, item, clean_tags, importance, pinned, new_text)
+                item_rows.update(self.db, item, clean_tags, importance, pinned, new_text, event)
             if new_text is not None:
                 digest = chunk_rows.content_hash(item.heading, new_text[0])
                 self._model.fill_passages(embedder, [(digest, item.heading, new_text[0], item.kind)])
@@ -373,11 +406,15 @@ class Memory:
         tags: Sequence[str] = (),
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        speaker: str | None = None,
+        conversation: str | None = None,
         config: PipelineConfig | None = None,
         log: bool = True,
     ) -> SearchResult:
         started = time.perf_counter()
-        filters = validate.search_filters(query, namespace, kind, path, tags, since, until)
+        filters = validate.search_filters(
+            query, namespace, kind, path, tags, since, until, speaker, conversation
+        )
         if k > MAX_K:
             # search_log.k is an INTEGER and the retrievers fetch a multiple of k as a BIGINT.
             raise ConfigError(f"k must be at most {MAX_K}, got {k}")

@@ -1,12 +1,12 @@
-"""Checks of user input shared by every write and search: Unicode, tags, importance."""
+"""Checks of user input shared by every write and search: Unicode, tags, importance, event times."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 
 from nbmemory.errors import ConfigError
-from nbmemory.search.filters import Filters, parse_when
+from nbmemory.search.filters import Filters, naive_utc, parse_when
 
 
 def check_unicode(value: str | None, what: str) -> None:
@@ -46,14 +46,56 @@ def clean_tags(tags: Sequence[str] | str) -> list[str]:
     return out
 
 
+def event_time(value: str | datetime | date | None, what: str = "at") -> datetime | None:
+    """When a remembered thing was said or happened, as the store keeps times: naive UTC.
+
+    Takes a datetime (an aware one is converted to UTC; a naive one is taken as UTC), a date
+    (its midnight) or an ISO 8601 string (``2023-05-08``, ``2023-05-08T13:56``,
+    ``2023-05-08T13:56:00+02:00``, ``...Z``); None or ``""`` is none. Anything else is a
+    ConfigError naming it.
+    """
+    if value is None or value == "":
+        return None
+    named = f"{what} {value!r}"
+    if isinstance(value, str):
+        check_unicode(value, what)
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ConfigError(
+                f"{named} is not an ISO 8601 time: use e.g. 2023-05-08, 2023-05-08T13:56 "
+                "or 2023-05-08T13:56:00+02:00"
+            ) from None
+    elif not isinstance(value, datetime) and isinstance(value, date):
+        value = datetime(value.year, value.month, value.day)
+    if not isinstance(value, datetime):
+        raise ConfigError(f"{what} must be a datetime or an ISO 8601 string, got {type(value).__name__}")
+    return naive_utc(value, named)
+
+
+def turn_field(value: object, what: str) -> str | None:
+    """A speaker or conversation name as stored: a valid string, or None (``""`` is none)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, got {type(value).__name__} {value!r}")
+    check_unicode(value, what)
+    return value
+
+
 def check_batch(
-    texts: Sequence[str], sources: Sequence[str | None] | None, headings: Sequence[str] | None
+    texts: Sequence[str],
+    sources: Sequence[str | None] | None,
+    headings: Sequence[str] | None,
+    **aligned: Sequence[object] | None,
 ) -> None:
-    """Every text non-empty and valid, and one source and heading per text when given."""
-    if sources is not None and len(sources) != len(texts):
-        raise ConfigError(f"sources has {len(sources)} entries for {len(texts)} texts")
-    if headings is not None and len(headings) != len(texts):
-        raise ConfigError(f"headings has {len(headings)} entries for {len(texts)} texts")
+    """Every text non-empty and valid, and one source and heading per text when given; likewise
+    one entry per text of each sequence in ``aligned`` (by its argument's name) that is given."""
+    for what, values in {"sources": sources, "headings": headings, **aligned}.items():
+        if isinstance(values, str):
+            raise ConfigError(f"{what} must be a list with one entry per text, not the string {values!r}")
+        if values is not None and len(values) != len(texts):
+            raise ConfigError(f"{what} has {len(values)} entries for {len(texts)} texts")
     for i, text in enumerate(texts):
         if not text or not text.strip():
             raise ConfigError(f"text {i} is empty: nothing was stored")
@@ -70,10 +112,18 @@ def search_filters(
     tags: Sequence[str],
     since: str | datetime | None,
     until: str | datetime | None,
+    speaker: str | None = None,
+    conversation: str | None = None,
 ) -> Filters:
     """The filters of one search, after checking the query and every filter value."""
     kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())
-    for what, value in (("the query", query), ("namespace", namespace), ("path", path)):
+    for what, value in (
+        ("the query", query),
+        ("namespace", namespace),
+        ("path", path),
+        ("speaker", speaker),
+        ("conversation", conversation),
+    ):
         check_unicode(value, what)
     for value in (*tags, *kinds):
         check_unicode(value, "filter")
@@ -84,4 +134,6 @@ def search_filters(
         tags=tuple(tags),
         since=parse_when(since),
         until=parse_when(until),
+        speaker=speaker,
+        conversation=conversation,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nbmemory.errors import ConfigError
@@ -21,19 +21,34 @@ _UNITS = {
 
 
 def parse_when(value: str | datetime | None, now: datetime | None = None) -> datetime | None:
-    """``"30d"``, ``"12h"``, ``"2w"`` (that long ago), an ISO date/time, or a datetime."""
-    if value is None or isinstance(value, datetime):
-        return value
+    """``"30d"``, ``"12h"``, ``"2w"`` (that long ago), an ISO date/time, or a datetime; one with a
+    time zone is made naive UTC, as the store keeps its times."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return naive_utc(value, f"date {value!r}")
     match = _RELATIVE.match(value)
     if match:
         base = now or datetime.utcnow()
         return base - int(match.group(1)) * _UNITS[match.group(2)]
     try:
-        return datetime.fromisoformat(value.strip())
+        when = datetime.fromisoformat(value.strip())
     except ValueError:
         raise ConfigError(
             f"date {value!r} not understood: use an ISO date like 2026-01-31 or an age like 30d, 12h, 2w"
         ) from None
+    return naive_utc(when, f"date {value!r}")
+
+
+def naive_utc(when: datetime, what: str) -> datetime:
+    """``when`` as naive UTC, as the store keeps times (a naive one is UTC already); ``what``
+    names it in the error of one out of range once converted."""
+    if when.tzinfo is None:
+        return when
+    try:
+        return when.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:
+        raise ConfigError(f"{what} is out of range once converted to UTC") from None
 
 
 @dataclass(frozen=True)
@@ -51,7 +66,12 @@ class Filters:
     tags:
         Items must carry every one of these tags.
     since, until:
-        Range on the item's last update time.
+        Range on when the item's content happened: its event time (``event_at``, when a
+        conversation turn was said) where it has one, else its last update time.
+    speaker:
+        Only items said by this speaker (exactly, e.g. ``"user"`` or ``"Caroline"``).
+    conversation:
+        Only items of this conversation or session (exactly).
     """
 
     namespace: str | None = None
@@ -60,6 +80,8 @@ class Filters:
     tags: tuple[str, ...] = ()
     since: datetime | None = None
     until: datetime | None = None
+    speaker: str | None = None
+    conversation: str | None = None
     ids: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -90,12 +112,19 @@ class Filters:
         if self.tags:
             parts.append("list_has_all(c.tags, ?::VARCHAR[])")
             params.append(list(self.tags))
+        # When the thing happened where it is known (a conversation turn), else when it was written.
         if self.since is not None:
-            parts.append("c.updated_at >= ?")
+            parts.append("coalesce(c.event_at, c.updated_at) >= ?")
             params.append(self.since)
         if self.until is not None:
-            parts.append("c.updated_at <= ?")
+            parts.append("coalesce(c.event_at, c.updated_at) <= ?")
             params.append(self.until)
+        if self.speaker is not None:
+            parts.append("c.speaker = ?")
+            params.append(self.speaker)
+        if self.conversation is not None:
+            parts.append("c.conversation = ?")
+            params.append(self.conversation)
         if self.ids:
             parts.append("c.id IN (SELECT unnest(?::BIGINT[]))")
             params.append(list(self.ids))

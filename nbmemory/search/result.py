@@ -82,6 +82,9 @@ class SearchResult:
                     "kind": h.kind,
                     "namespace": h.namespace,
                     "tags": h.tags,
+                    "event_at": h.event_at,
+                    "speaker": h.speaker,
+                    "conversation": h.conversation,
                     "snippet": h.snippet,
                     "text": h.text,
                 }
@@ -98,6 +101,9 @@ class SearchResult:
             "kind": pl.Utf8,
             "namespace": pl.Utf8,
             "tags": pl.List(pl.Utf8),
+            "event_at": pl.Datetime("us"),
+            "speaker": pl.Utf8,
+            "conversation": pl.Utf8,
             "snippet": pl.Utf8,
             "text": pl.Utf8,
         }
@@ -200,6 +206,9 @@ def hydrate(
                 tags=list(row.tags or []),
                 importance=float(row.importance),
                 updated_at=row.updated_at,
+                event_at=row.event_at,
+                speaker=row.speaker,
+                conversation=row.conversation,
                 ranks={n: r[doc] for n, r in ranks.items() if doc in r},
                 retriever_scores={n: s[doc] for n, s in scores.items() if doc in s},
             )

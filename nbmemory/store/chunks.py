@@ -40,6 +40,10 @@ class NewChunk:
     page: int | None = None
     tags: list[str] = field(default_factory=list)
     importance: float = 0.5
+    #: A conversation turn's: when it was said (naive UTC), by whom, in which conversation.
+    event_at: datetime | None = None
+    speaker: str | None = None
+    conversation: str | None = None
 
     @property
     def hash(self) -> str:
@@ -80,6 +84,9 @@ def insert(
         "content_hash": [r.hash for r in rows],
         "tags": [list(r.tags) for r in rows],
         "importance": [float(r.importance) for r in rows],
+        "event_at": [r.event_at for r in rows],
+        "speaker": [r.speaker for r in rows],
+        "conversation": [r.conversation for r in rows],
         "seq": seqs,
     }
     table = pa.table(
@@ -102,6 +109,9 @@ def insert(
                 ("content_hash", pa.string()),
                 ("tags", pa.list_(pa.string())),
                 ("importance", pa.float64()),
+                ("event_at", pa.timestamp("us")),
+                ("speaker", pa.string()),
+                ("conversation", pa.string()),
                 ("seq", pa.int64()),
             ]
         ),
@@ -112,9 +122,10 @@ def insert(
         """
         INSERT INTO chunks (id, doc_id, namespace, kind, source, ordinal, text, heading,
             cell_id, cell_index, line_start, line_end, page, content_hash, tags, importance,
-            created_at, updated_at, seq)
+            event_at, speaker, conversation, created_at, updated_at, seq)
         SELECT id, doc_id, namespace, kind, source, ordinal, text, heading, cell_id,
-            cell_index, line_start, line_end, page, content_hash, tags, importance, ?, ?, seq
+            cell_index, line_start, line_end, page, content_hash, tags, importance,
+            event_at, speaker, conversation, ?, ?, seq
         FROM _nbm_new_chunks
         """,
         [now, now],

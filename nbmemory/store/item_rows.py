@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +16,23 @@ from nbmemory.store import fts, vectors
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.migrations import LINK_TYPES
 
+#: What a conversation turn records besides its text: when it was said, by whom, in which conversation.
+EVENT_COLUMNS = ("event_at", "speaker", "conversation")
 EXPORT_FORMATS = {".parquet": "PARQUET", ".csv": "CSV, HEADER", ".jsonl": "JSON", ".json": "JSON"}
 
 
 def get(db: Database, item_id: int, *, touch: bool, include_forgotten: bool) -> Item:
     """One item; ``touch`` counts it as an access."""
     row = db.fetchone(f"SELECT {ITEM_COLUMNS} FROM chunks WHERE id = ?", [int(item_id)])
-    if row is None or (row[-1] is not None and not include_forgotten):
-        raise NotFoundError(f"no item with id {item_id}" + (" (it was forgotten)" if row else ""))
+    item = None if row is None else Item.from_row(row)
+    if item is None or (item.deleted_at is not None and not include_forgotten):
+        raise NotFoundError(f"no item with id {item_id}" + (" (it was forgotten)" if item else ""))
     if touch:
         db.execute(
             "UPDATE chunks SET access_count = access_count + 1, last_accessed_at = ? WHERE id = ?",
             [utcnow(), int(item_id)],
         )
-    return Item.from_row(row)
+    return item
 
 
 def update(
@@ -39,10 +42,16 @@ def update(
     importance: float | None,
     pinned: bool | None,
     new_text: tuple[str, np.ndarray] | None,
+    event: Mapping[str, Any] | None = None,
 ) -> None:
-    """Change what is given (inside the caller's transaction); new text comes with its vector."""
+    """Change what is given (inside the caller's transaction); new text comes with its vector.
+    ``event``: new values of ``event_at``, ``speaker`` and ``conversation`` by name (None clears one)."""
     now = utcnow()
     db.rows_changed([item.id])
+    for column, value in (event or {}).items():
+        if column not in EVENT_COLUMNS:
+            raise ValueError(f"{column!r} is not one of {', '.join(EVENT_COLUMNS)}")
+        db.execute(f"UPDATE chunks SET {column} = ?, updated_at = ? WHERE id = ?", [value, now, item.id])
     if tags is not None:
         db.execute("UPDATE chunks SET tags = ?, updated_at = ? WHERE id = ?", [tags, now, item.id])
     if importance is not None:

@@ -146,6 +146,13 @@ def m006_roots(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m007_chunk_event(con: duckdb.DuckDBPyConnection) -> None:
+    # A conversation turn: when it was said (not stored), by whom, in which conversation.
+    con.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS event_at TIMESTAMP")
+    con.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS speaker VARCHAR")
+    con.execute("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS conversation VARCHAR")
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_create_tables", m001_create_tables),
     (2, "m002_request_keys", m002_request_keys),
@@ -153,6 +160,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (4, "m004_chunk_page", m004_chunk_page),
     (5, "m005_passages", m005_passages),
     (6, "m006_roots", m006_roots),
+    (7, "m007_chunk_event", m007_chunk_event),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -28,6 +28,9 @@ class HitRow:
     tags: list[str] | None
     importance: float
     updated_at: datetime
+    event_at: datetime | None
+    speaker: str | None
+    conversation: str | None
 
 
 @dataclass(frozen=True)
