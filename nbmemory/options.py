@@ -46,6 +46,7 @@ __all__ = [
     "plural",
     "print_hits",
     "query_sources",
+    "said_line",
     "score_scale",
     "search_filters",
     "to_jsonable",
@@ -135,8 +136,14 @@ def filter_options(namespace_default: str = "all") -> tuple[Option, ...]:
         Option("--kind", action="append", choices=KINDS, help=f"only this kind: {kinds} (repeatable)"),
         Option("--path", help="only sources matching this glob, e.g. '*/ops/*.md'"),
         Option("--tag", action="append", help="only items with this tag (repeatable: all must match)"),
-        Option("--since", help="updated since: an ISO date (2026-01-31) or an age (30d, 12h, 2w)"),
-        Option("--until", help="updated until: an ISO date or an age"),
+        Option(
+            "--since",
+            help="happened since (an item's event time, else its last update): an ISO date "
+            "(2026-01-31) or an age (30d, 12h, 2w)",
+        ),
+        Option("--until", help="happened until: an ISO date or an age"),
+        Option("--speaker", help="only items said by this speaker (exact), e.g. user or Caroline"),
+        Option("--conversation", help="only items of this conversation or session (exact)"),
     )
 
 
@@ -161,6 +168,8 @@ def search_filters(values: Mapping[str, Any]) -> dict[str, Any]:
         "tags": values.get("tag") or (),
         "since": values.get("since"),
         "until": values.get("until"),
+        "speaker": values.get("speaker"),
+        "conversation": values.get("conversation"),
     }
 
 
@@ -233,12 +242,22 @@ def print_hits(result: SearchResult, out: Any = None) -> None:
             weak_shown = True
         tier = f" {hit.tier}" if hit.tier != "none" else ""
         print(f"{rank:>3}. [{hit.score:.4f}{tier}] #{hit.id} {hit.location}  ({_ranks(hit)})", file=out)
+        said = said_line(hit)
+        if said:
+            print(f"     {said}", file=out)
         if hit.heading:
             print(f"     {hit.heading}", file=out)
         for line in textwrap.wrap(hit.snippet, width=96)[:3]:
             print(f"     {line}", file=out)
         if hit.more:
             print(f"     +{len(hit.more)} more in this file", file=out)
+
+
+def said_line(item: Any) -> str:
+    """Who said a conversation turn and when, short: ``Caroline · 2023-05-08 13:56``; empty when
+    neither is known."""
+    when = item.event_at.strftime("%Y-%m-%d %H:%M") if item.event_at else None
+    return " · ".join(x for x in (item.speaker, when) if x)
 
 
 def _ranks(hit: Any) -> str:

@@ -128,3 +128,51 @@ def test_cli_errors_are_one_line_messages(tmp_path: Path, run: Run) -> None:
     assert out.stderr.startswith("error: forget needs") and "Traceback" not in out.stderr
     out = run("get", "12345", home=tmp_path / "h")
     assert out.returncode == 1 and "no item with id 12345" in out.stderr
+
+
+def test_cli_remembers_searches_and_shows_conversation_turns(
+    tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbmemory.embed import FakeEmbedder
+
+    cli = sys.modules["nbmemory.cli.main"]
+    real = cli._memory  # type: ignore[attr-defined]
+    monkeypatch.setattr(cli, "_memory", lambda args, **kw: real(args, embedder=FakeEmbedder(dim=32), **kw))
+    home = tmp_path / "home"
+    turn = ["--at", "2023-05-08T13:56", "--speaker", "Caroline", "--conversation", "session_1"]
+    out = run("remember", "I went to a support group yesterday", *turn, home=home)
+    assert out.returncode == 0, out.stderr
+    assert "(Caroline · 2023-05-08 13:56)" in out.stdout
+    first = int(out.stdout.split("#")[1].split()[0])
+    turn = ["--at", "2023-06-01T09:00:00+02:00", "--speaker", "Melanie", "--conversation", "session_2"]
+    second = int(run("remember", "The support group sounds good", *turn, home=home).stdout.split("#")[1].split()[0])
+
+    def hits(*args: str) -> list[dict[str, object]]:
+        out = run("search", "support group", "--json", *args, home=home)
+        assert out.returncode == 0, out.stderr
+        return list(json.loads(out.stdout)["hits"])
+
+    [hit] = hits("--speaker", "Caroline")
+    assert (hit["id"], hit["event_at"], hit["speaker"], hit["conversation"]) == (
+        first,
+        "2023-05-08T13:56:00",
+        "Caroline",
+        "session_1",
+    )
+    [hit] = hits("--conversation", "session_2")
+    assert (hit["id"], hit["event_at"], hit["speaker"]) == (second, "2023-06-01T07:00:00", "Melanie")
+    assert [h["id"] for h in hits("--since", "2023-05-01", "--until", "2023-05-31")] == [first]
+    assert hits("--speaker", "caroline") == []
+    shown = run("search", "support group", "--speaker", "Caroline", home=home).stdout
+    assert "     Caroline · 2023-05-08 13:56\n" in shown
+
+    got = json.loads(run("get", str(first), "--json", home=home).stdout)
+    assert (got["event_at"], got["speaker"], got["conversation"]) == ("2023-05-08T13:56:00", "Caroline", "session_1")
+    assert "Caroline · 2023-05-08 13:56 · conversation session_1" in run("get", str(first), home=home).stdout
+
+    assert run("update", str(first), "--speaker", "", "--conversation", "session_3", home=home).returncode == 0
+    got = json.loads(run("get", str(first), "--json", home=home).stdout)
+    assert (got["speaker"], got["conversation"], got["event_at"]) == (None, "session_3", "2023-05-08T13:56:00")
+
+    out = run("remember", "what happened", "--at", "yesterday-ish", home=home)
+    assert out.returncode == 1 and "at 'yesterday-ish' is not an ISO 8601 time" in out.stderr

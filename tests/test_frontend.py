@@ -51,7 +51,7 @@ def test_the_kind_filter_is_built_from_the_one_kinds() -> None:
 
 
 def test_filters_parse_the_same_on_the_command_line_and_in_a_magic() -> None:
-    line = "--ns work --kind code --kind memory --tag a --tag b --since 30d --path '*.md'"
+    line = "--ns work --kind code --kind memory --tag a --tag b --since 30d --path '*.md' --speaker Caroline"
 
     @magic_arguments()
     @magic_options(*filter_options(), group="filters")
@@ -69,6 +69,8 @@ def test_filters_parse_the_same_on_the_command_line_and_in_a_magic() -> None:
             "tags": ["a", "b"],
             "since": "30d",
             "until": None,
+            "speaker": "Caroline",
+            "conversation": None,
         }
     )
     # The magic lists its options in the declared order.

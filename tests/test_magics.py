@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,26 @@ def test_remember_line_and_cell_forms_are_found_by_the_next_search(
         frame = ip.run_line_magic("memsearch", "vpn --ns work").df
     assert isinstance(frame, pl.DataFrame)
     assert frame["id"].to_list() == [2]
+
+
+def test_remember_records_a_conversation_turn_and_memsearch_filters_on_it(
+    ip: InteractiveShell, fake_mem: Memory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.run_line_magic(
+        "remember", "--speaker Caroline --at 2023-05-08T13:56 --conversation s1 I went to the support group"
+    )
+    ip.run_cell_magic("remember", "--speaker Melanie --conversation s2", "The support group sounds good.\n")
+    capsys.readouterr()
+    first, second = fake_mem.get(1), fake_mem.get(2)
+    assert (first.speaker, first.event_at, first.conversation) == ("Caroline", datetime(2023, 5, 8, 13, 56), "s1")
+    assert (second.speaker, second.event_at, second.conversation) == ("Melanie", None, "s2")
+    with capture_output():
+        assert ip.run_line_magic("memsearch", "support group --speaker Caroline").df["id"].to_list() == [1]
+        assert ip.run_line_magic("memsearch", "support group --conversation s2").df["id"].to_list() == [2]
+        frame = ip.run_line_magic("memsearch", "support group --since 2023-05-01 --until 2023-05-31").df
+    assert frame["id"].to_list() == [1] and frame["speaker"].to_list() == ["Caroline"]
+    with pytest.raises(UsageError, match="yesterday-ish"):
+        ip.run_line_magic("remember", "--at yesterday-ish what happened")
 
 
 def test_namespace_setting_applies_to_writes_and_searches(ip: InteractiveShell, fake_mem: Memory) -> None:

@@ -23,6 +23,7 @@ from nbmemory.options import (
     owned_memory,
     pipeline_config,
     print_hits,
+    said_line,
     search_filters,
     tune_options,
 )
@@ -41,6 +42,12 @@ GLOBAL_OPTIONS = (
     Option("-q", "--quiet", action="store_true", help="no progress bars"),
 )
 JSON = Option("--json", action="store_true", help="machine-readable output")
+# What makes a remembered text a conversation turn.
+TURN_OPTIONS = (
+    Option("--at", help="when it was said or happened: an ISO 8601 time, e.g. 2023-05-08T13:56"),
+    Option("--speaker", help="who said it, e.g. user, assistant or Caroline"),
+    Option("--conversation", help="the conversation or session it belongs to"),
+)
 
 
 @dataclass(frozen=True)
@@ -153,13 +160,25 @@ def cmd_search(args: argparse.Namespace) -> int:
     Option("--tag", action="append", help="tag (repeatable)"),
     Option("--importance", type=float, default=0.5, help="0..1 (default 0.5)"),
     Option("--ns", help="namespace (default: 'default')"),
+    *TURN_OPTIONS,
 )
 def cmd_remember(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     with _memory(args) as mem:
-        item = mem.remember(text, tags=args.tag or (), importance=args.importance, namespace=args.ns)
+        item = mem.remember(
+            text,
+            tags=args.tag or (),
+            importance=args.importance,
+            namespace=args.ns,
+            at=args.at,
+            speaker=args.speaker,
+            conversation=args.conversation,
+        )
+    said = said_line(item)
     print(
-        f"remembered #{item.id} in namespace {item.namespace!r}" + (f" tags={item.tags}" if item.tags else "")
+        f"remembered #{item.id} in namespace {item.namespace!r}"
+        + (f" tags={item.tags}" if item.tags else "")
+        + (f" ({said})" if said else "")
     )
     if item.text != text.strip():
         print("note: secrets were redacted before storing", file=sys.stderr)
@@ -211,11 +230,12 @@ def cmd_get(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         item = mem.get(args.id)
     if args.json:
-        from dataclasses import asdict
-
-        print(json.dumps(asdict(item), indent=2, default=str, ensure_ascii=False))
+        print(json.dumps(item.to_dict(), indent=2, default=str, ensure_ascii=False))
     else:
         print(f"#{item.id} {item.location} [{item.kind}, ns={item.namespace}, importance={item.importance}]")
+        turn = [said_line(item), f"conversation {item.conversation}" if item.conversation else ""]
+        if any(turn):
+            print(" · ".join(x for x in turn if x))
         if item.heading:
             print(item.heading)
         print(item.text)
@@ -224,16 +244,26 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 @command(
     "update",
-    "change an item's text, tags, importance or pin",
+    "change an item's text, tags, importance, pin, event time, speaker or conversation",
     Option("id", type=int),
     Option("--text", help="new text"),
     Option("--tag", action="append", help="replace tags (repeatable)"),
     Option("--importance", type=float, help="0..1"),
     Option("--pin", action=argparse.BooleanOptionalAction, default=None, help="pin or --no-pin"),
+    *(Option(*o.flags, **{**o.settings, "help": f"{o.help}; '' clears it"}) for o in TURN_OPTIONS),
 )
 def cmd_update(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
-        item = mem.update(args.id, text=args.text, tags=args.tag, importance=args.importance, pinned=args.pin)
+        item = mem.update(
+            args.id,
+            text=args.text,
+            tags=args.tag,
+            importance=args.importance,
+            pinned=args.pin,
+            at=args.at,
+            speaker=args.speaker,
+            conversation=args.conversation,
+        )
     print(f"updated #{item.id}")
     return 0
 

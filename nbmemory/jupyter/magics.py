@@ -324,6 +324,9 @@ class MemoryMagics(Magics):
     @argument("--tag", action="append", help="tag (repeatable)")
     @argument("--importance", type=float, default=0.5, help="0..1 (default 0.5)")
     @argument("--ns", help="namespace (default: MemoryMagics.namespace, else 'default')")
+    @argument("--at", help="when it was said or happened: an ISO 8601 time, e.g. 2023-05-08T13:56")
+    @argument("--speaker", help="who said it, e.g. user, assistant or Caroline")
+    @argument("--conversation", help="the conversation or session it belongs to")
     @argument("text", nargs="*", help="the text (line form); with %%%%remember the cell body is the text")
     @line_cell_magic
     @no_var_expand
@@ -339,6 +342,8 @@ class MemoryMagics(Magics):
 
             %%remember --tag ops --importance 0.8
             Deploys need the VPN on; staging uses the 10.2 subnet.
+
+            %remember --speaker Caroline --at 2023-05-08T13:56 --conversation s1 I went to the group
         """
         if cell is None:
             options, text = _split_leading_options(line)
@@ -357,7 +362,13 @@ class MemoryMagics(Magics):
             )
         with _as_usage_errors():
             item = self.memory.remember(
-                text, tags=args.tag or (), importance=args.importance, namespace=self._write_ns(args.ns)
+                text,
+                tags=args.tag or (),
+                importance=args.importance,
+                namespace=self._write_ns(args.ns),
+                at=args.at,
+                speaker=args.speaker,
+                conversation=args.conversation,
             )
         note = " (secrets redacted)" if item.text != text.strip() else ""
         tags = f" tags={item.tags}" if item.tags else ""

@@ -74,7 +74,22 @@ PathGlob = Annotated[
 Tags = Annotated[list[str], Field(description="Only items carrying all of these tags.")]
 When = Annotated[
     str | None,
-    Field(description="An ISO date (2026-01-31) or an age (30d, 12h, 2w), compared with the last update."),
+    Field(
+        description="An ISO date (2026-01-31) or an age (30d, 12h, 2w), compared with when an item "
+        "happened: its event time (a conversation turn's `at`), else its last update."
+    ),
+]
+#: Longest speaker or conversation name a tool takes (as the REST API's namespaces).
+MAX_NAME = 200
+Speaker = Annotated[
+    str | None,
+    Field(max_length=MAX_NAME, description="Only conversation turns said by this speaker (exact match)."),
+]
+Conversation = Annotated[
+    str | None,
+    Field(
+        max_length=MAX_NAME, description="Only items of this conversation or session (exact match)."
+    ),
 ]
 
 
@@ -95,6 +110,9 @@ class HitData(TypedDict):
     found_by: list[str]
     snippet: str
     updated_at: str | None
+    event_at: str | None
+    speaker: str | None
+    conversation: str | None
     more_ids: list[int]
     more: NotRequired[str]
     text: NotRequired[str]
@@ -122,6 +140,9 @@ class ItemData(TypedDict):
     pinned: bool
     created_at: str | None
     updated_at: str | None
+    event_at: str | None
+    speaker: str | None
+    conversation: str | None
     warning: NotRequired[str]
 
 
@@ -345,6 +366,8 @@ class MemoryTools:
         tags: Tags = [],  # noqa: B006 (never mutated; the schema shows the default)
         since: When = None,
         until: When = None,
+        speaker: Speaker = None,
+        conversation: Conversation = None,
         full_text: Annotated[
             bool, Field(description="Also return each hit's whole text (default: a snippet).")
         ] = False,
@@ -352,6 +375,7 @@ class MemoryTools:
         with _errors():
             ns = self.namespace(namespace)
             values = {"ns": ns, "kind": kind, "path": path, "tag": tags, "since": since, "until": until}
+            values.update(speaker=speaker, conversation=conversation)
             result = self.memory.search(query, k=k, **search_filters(values))
         return {
             "query": result.query,
@@ -376,11 +400,42 @@ class MemoryTools:
             str | None,
             Field(description="Store into this namespace (default: the server's, else 'default')."),
         ] = None,
+        at: Annotated[
+            str | None,
+            Field(
+                max_length=64,
+                description="For a conversation turn: when it was said, as an ISO 8601 time "
+                "(2023-05-08T13:56, or with an offset: 2023-05-08T13:56:00+02:00), not when you store it. "
+                "since/until of search then compare this time.",
+            ),
+        ] = None,
+        speaker: Annotated[
+            str | None,
+            Field(
+                max_length=MAX_NAME,
+                description="For a conversation turn: who said it ('user', 'assistant' or a name such "
+                "as 'Caroline'); search can filter on it.",
+            ),
+        ] = None,
+        conversation: Annotated[
+            str | None,
+            Field(
+                max_length=MAX_NAME,
+                description="For a conversation turn: the conversation or session it belongs to (the "
+                "same value for every turn of it); search can filter on it.",
+            ),
+        ] = None,
     ) -> RememberData:
         with _errors():
             self.writable("remember")
             item = self.memory.remember(
-                text, tags=tags, importance=importance, namespace=self.namespace(namespace)
+                text,
+                tags=tags,
+                importance=importance,
+                namespace=self.namespace(namespace),
+                at=at,
+                speaker=speaker,
+                conversation=conversation,
             )
         return {"item": _item(item), "redacted": item.text != text.strip()}
 
@@ -454,12 +509,13 @@ class MemoryTools:
         tags: Tags = [],  # noqa: B006
         since: When = None,
         until: When = None,
+        speaker: Speaker = None,
+        conversation: Conversation = None,
     ) -> ContextData:
         with _errors():
             values = {"ns": self.namespace(namespace), "kind": kind, "path": path, "tag": tags}
-            result = self.memory.search(
-                query, k=k, **search_filters({**values, "since": since, "until": until})
-            )
+            values.update(since=since, until=until, speaker=speaker, conversation=conversation)
+            result = self.memory.search(query, k=k, **search_filters(values))
             # Nothing confident to put in a prompt: an empty block that says why (as %memcontext).
             block = build_context(
                 [] if result.rejected else result.hits, budget, query=query, no_answer=result.reason
@@ -572,6 +628,9 @@ def _hit(hit: Hit, full_text: bool) -> HitData:
         "found_by": data["found_by"],
         "snippet": hit.snippet,
         "updated_at": data["updated_at"],
+        "event_at": data["event_at"],
+        "speaker": hit.speaker,
+        "conversation": hit.conversation,
         "more_ids": list(hit.more),
     }
     if hit.more:
@@ -598,6 +657,9 @@ def _item(item: Item) -> ItemData:
         "pinned": item.pinned,
         "created_at": item.created_at.isoformat() if item.created_at else None,
         "updated_at": item.updated_at.isoformat() if item.updated_at else None,
+        "event_at": item.event_at.isoformat() if item.event_at else None,
+        "speaker": item.speaker,
+        "conversation": item.conversation,
     }
     warning = _warning(item.heading + "\n" + item.text)
     if warning:

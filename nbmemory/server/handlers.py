@@ -147,7 +147,7 @@ class MemoryHandler(APIHandler):
         :meth:`~nbmemory.Memory.search` keywords."""
         values: dict[str, Any] = {}
         for option in filter_options():
-            if option.name == "ns":
+            if option.name in ("ns", "speaker", "conversation"):
                 continue  # read below, verbatim
             if option.repeatable:
                 given = [x for x in self.get_query_arguments(option.name) if x]
@@ -161,6 +161,8 @@ class MemoryHandler(APIHandler):
                 values[option.name] = self.get_query_argument(option.name, None) or None
         # Not stripped: "A " is another namespace than "A", and must not be read as it.
         values["ns"] = _namespace(self.raw_query_argument("ns"))
+        for name in ("speaker", "conversation"):  # matched exactly, like the namespace
+            values[name] = _namespace(self.raw_query_argument(name), name)
         return search_filters(values)
 
     def item_id(self, raw: str) -> int:
@@ -207,7 +209,7 @@ def _item_dict(item: Any, root: Path) -> dict[str, Any]:
 
 
 class SearchHandler(MemoryHandler):
-    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&explain=1&chunks=1``.
+    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&speaker=&conversation=&explain=1&chunks=1``.
 
     Results come one per file (``more``: the file's other chunks) unless ``chunks=1``;
     ``rejected``/``reason`` flag a search with no confident answer (its hits are kept). Each hit's
@@ -271,24 +273,42 @@ def _text_size(text: str) -> None:
         )
 
 
-def _namespace(value: Any) -> str | None:
-    """A namespace named by a request: any text up to MAX_NAMESPACE characters, no control characters."""
+def _namespace(value: Any, what: str = "namespace") -> str | None:
+    """A namespace (or a speaker, a conversation: ``what``) named by a request: any text up to
+    MAX_NAMESPACE characters, no control characters."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise _fail(400, f"namespace must be a string, got {type(value).__name__}")
+        raise _fail(400, f"{what} must be a string, got {type(value).__name__}")
     if len(value) > MAX_NAMESPACE:
-        raise _fail(400, f"namespace must be at most {MAX_NAMESPACE} characters, got {len(value)}")
+        raise _fail(400, f"{what} must be at most {MAX_NAMESPACE} characters, got {len(value)}")
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise _fail(400, "namespace must not contain control characters (tabs, newlines, NUL)")
+        raise _fail(400, f"{what} must not contain control characters (tabs, newlines, NUL)")
     return value
 
 
+def _turn(body: dict[str, Any]) -> dict[str, Any]:
+    """The ``at``, ``speaker`` and ``conversation`` a body gives (those it leaves out are left out)."""
+    out: dict[str, Any] = {}
+    at = body.get("at")
+    if at is not None:
+        if not isinstance(at, str) or len(at) > 64:
+            raise _fail(400, f"at must be an ISO 8601 time as a string, e.g. 2023-05-08T13:56, got {at!r}")
+        out["at"] = at
+    for name in ("speaker", "conversation"):
+        if body.get(name) is not None:
+            out[name] = _namespace(body[name], name) or ""
+    return out
+
+
 class RememberHandler(MemoryHandler):
-    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace, source, heading, request_key}``.
+    """``POST /nbmemory/remember`` with ``{text, tags, importance, namespace, source, heading, at,
+    speaker, conversation, request_key}``.
 
     ``source`` (a path inside the server root) records where the text came from, ``heading`` the
     place in it (``"cell 7"``): the sidebar sends them for a selection or cell of a notebook.
+    ``at`` (ISO 8601), ``speaker`` and ``conversation`` record a conversation turn: when it was
+    said, by whom, in which conversation.
 
     ``request_key`` (optional, up to 100 characters) makes a retried POST idempotent: a client
     that lost the reply (the server died after committing) gets the item stored the first time.
@@ -313,6 +333,7 @@ class RememberHandler(MemoryHandler):
             if not isinstance(heading, str) or len(heading) > MAX_HEADING_CHARS:
                 raise _fail(400, f"heading must be a string of at most {MAX_HEADING_CHARS} characters")
             kwargs["heading"] = heading
+        kwargs.update(_turn(body))
         key = body.get("request_key")
         if key is not None:
             if not isinstance(key, str) or not 0 < len(key) <= 100:
@@ -323,7 +344,8 @@ class RememberHandler(MemoryHandler):
 
 
 class ItemHandler(MemoryHandler):
-    """``GET``, ``PATCH`` (``{importance, pinned, tags, text}``) and ``DELETE`` (forget) one item."""
+    """``GET``, ``PATCH`` (``{importance, pinned, tags, text, at, speaker, conversation}``; ``""``
+    clears one of the last three) and ``DELETE`` (forget) one item."""
 
     @tornado.web.authenticated
     async def get(self, raw_id: str) -> None:
@@ -336,9 +358,10 @@ class ItemHandler(MemoryHandler):
         item_id = self.item_id(raw_id)
         body = self.body()
         changes: dict[str, Any] = {}
-        unknown = sorted(set(body) - {"importance", "pinned", "tags", "text"})
+        fields = ("importance", "pinned", "tags", "text", "at", "speaker", "conversation")
+        unknown = sorted(set(body) - set(fields))
         if unknown:
-            raise _fail(400, f"cannot change {unknown[0]!r}: use importance, pinned, tags or text")
+            raise _fail(400, f"cannot change {unknown[0]!r}: use {', '.join(fields[:-1])} or {fields[-1]}")
         if body.get("importance") is not None:
             changes["importance"] = _importance(body["importance"])
         if body.get("pinned") is not None:
@@ -352,8 +375,9 @@ class ItemHandler(MemoryHandler):
                 raise _fail(400, "text must be a non-empty string")
             _text_size(body["text"])
             changes["text"] = body["text"]
+        changes.update(_turn(body))
         if not changes:
-            raise _fail(400, "nothing to change: give importance, pinned, tags or text")
+            raise _fail(400, f"nothing to change: give {', '.join(fields[:-1])} or {fields[-1]}")
         item = await self.call(lambda mem: mem.update(item_id, **changes))
         self.reply(_item_dict(item, self.state.root_dir))
 

@@ -116,12 +116,14 @@ JSONISH = st.recursive(
 
 # -- the MCP tools ---------------------------------------------------------------------------------
 TOOL_ARGS: dict[str, list[str]] = {
-    "search": ["query", "k", "namespace", "kind", "path", "tags", "since", "until", "full_text"],
-    "remember": ["text", "tags", "importance", "namespace"],
+    "search": ["query", "k", "namespace", "kind", "path", "tags", "since", "until", "speaker", "conversation",
+               "full_text"],
+    "remember": ["text", "tags", "importance", "namespace", "at", "speaker", "conversation"],
     "forget": ["ids", "query", "k", "dry_run", "namespace"],
     "get": ["id"],
     "related": ["id", "k", "namespace"],
-    "context": ["query", "budget", "k", "namespace", "kind", "path", "tags", "since", "until"],
+    "context": ["query", "budget", "k", "namespace", "kind", "path", "tags", "since", "until", "speaker",
+                "conversation"],
     "stats": [],
     "index": ["paths", "namespace"],
 }
@@ -145,6 +147,9 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "tags": st.lists(ODD_TEXT, max_size=3),
     "since": st.none() | ODD_TEXT,
     "until": st.none() | ODD_TEXT,
+    "at": st.none() | st.sampled_from(["2023-05-08T13:56", "2023-05-08T13:56:00+02:00", "yesterday-ish"]) | ODD_TEXT,
+    "speaker": st.none() | st.sampled_from(["user", "Caroline"]) | ODD_TEXT,
+    "conversation": st.none() | ODD_TEXT,
     "full_text": st.booleans(),
     "dry_run": st.none() | st.booleans(),
 }
@@ -321,11 +326,12 @@ class _Shared:
 
 #: Commands that return (no server, no watcher, no model download, no training).
 CLI_COMMANDS: dict[str, list[str]] = {
-    "search": ["-k", "--ns", "--kind", "--tag", "--path", "--since", "--until", "--explain", "--json", "--chunks", "--retrievers"],
-    "remember": ["--tag", "--importance", "--ns"],
+    "search": ["-k", "--ns", "--kind", "--tag", "--path", "--since", "--until", "--speaker", "--conversation",
+               "--explain", "--json", "--chunks", "--retrievers"],
+    "remember": ["--tag", "--importance", "--ns", "--at", "--speaker", "--conversation"],
     "forget": ["--query", "-k", "--path", "--ns", "--yes"],
     "get": ["--json"],
-    "update": ["--text", "--tag", "--importance", "--pin", "--no-pin"],
+    "update": ["--text", "--tag", "--importance", "--pin", "--no-pin", "--at", "--speaker", "--conversation"],
     "related": ["-k", "--ns"],
     "link": ["--type", "--note"],
     "stats": ["--json"],

@@ -46,8 +46,8 @@ JSONISH = st.recursive(
     max_leaves=6,
 )
 BODY_KEYS = ["text", "tags", "importance", "namespace", "source", "heading", "request_key", "query", "k", "path",
-             "paths", "pinned", "ids"]  # fmt: skip
-SEARCH_KEYS = ["q", "k", "ns", "kind", "tag", "path", "since", "until", "explain", "chunks"]
+             "paths", "pinned", "ids", "at", "speaker", "conversation"]  # fmt: skip
+SEARCH_KEYS = ["q", "k", "ns", "kind", "tag", "path", "since", "until", "speaker", "conversation", "explain", "chunks"]
 WORDS = st.lists(st.sampled_from(["staging", "database", "kafka", "lag", "vpn", "x"]), min_size=1, max_size=3)
 #: Values of the right shape, so that generated requests reach past the checks into the memory.
 PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {

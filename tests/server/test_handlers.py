@@ -205,6 +205,63 @@ async def test_search_filters(jp_fetch: Any) -> None:
     assert hits == []
 
 
+async def test_conversation_turns_are_remembered_filtered_and_changed(jp_fetch: Any) -> None:
+    said = {"at": "2023-05-08T15:56:00+02:00", "speaker": "Caroline", "conversation": "session_1"}
+    response = await call(jp_fetch, "POST", "remember", body={"text": "I went to a support group", **said})
+    assert response.code == 201
+    first = payload(response)
+    assert (first["event_at"], first["speaker"], first["conversation"]) == (
+        "2023-05-08T13:56:00",
+        "Caroline",
+        "session_1",
+    )
+    said = {"at": "2023-06-01T09:00", "speaker": "Melanie", "conversation": "session_2"}
+    second = payload(await call(jp_fetch, "POST", "remember", body={"text": "the support group sounds good", **said}))
+    plain = payload(await call(jp_fetch, "POST", "remember", body={"text": "support group note"}))
+    assert (plain["event_at"], plain["speaker"], plain["conversation"]) == (None, None, None)
+
+    async def found(**params: str) -> list[dict[str, Any]]:
+        response = await call(jp_fetch, "GET", "search", q="support group", **params)
+        assert response.code == 200, response.body
+        return list(payload(response)["hits"])
+
+    [hit] = await found(speaker="Caroline")
+    assert (hit["id"], hit["event_at"], hit["speaker"], hit["conversation"]) == (
+        first["id"],
+        "2023-05-08T13:56:00",
+        "Caroline",
+        "session_1",
+    )
+    assert [h["id"] for h in await found(conversation="session_2")] == [second["id"]]
+    assert [h["id"] for h in await found(since="2023-05-01", until="2023-05-31")] == [first["id"]]
+    # Exact: read as sent, not stripped.
+    assert await found(speaker="Caroline ") == []
+
+    patched = payload(
+        await call(jp_fetch, "PATCH", "items", str(second["id"]), body={"speaker": "Mel", "conversation": ""})
+    )
+    assert (patched["speaker"], patched["conversation"], patched["event_at"]) == ("Mel", None, "2023-06-01T09:00:00")
+    got = payload(await call(jp_fetch, "GET", "items", str(second["id"])))
+    assert got["speaker"] == "Mel" and got["conversation"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"text": "x", "at": "yesterday-ish"}, "at 'yesterday-ish' is not an ISO 8601 time"),
+        ({"text": "x", "at": 1683554160}, "at must be an ISO 8601 time as a string"),
+        ({"text": "x", "speaker": 7}, "speaker must be a string"),
+        ({"text": "x", "speaker": "Caro\ud800line"}, "speaker is not valid Unicode"),
+        ({"text": "x", "conversation": "a\nb"}, "conversation must not contain control characters"),
+        ({"text": "x", "conversation": "c" * 201}, "conversation must be at most 200 characters"),
+    ],
+)
+async def test_remember_refuses_bad_turn_values(jp_fetch: Any, body: Any, message: str) -> None:
+    response = await call(jp_fetch, "POST", "remember", body=body)
+    assert response.code == 400
+    assert message in payload(response)["message"]
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
