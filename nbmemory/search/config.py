@@ -48,6 +48,10 @@ class PipelineConfig:
         In convex fusion, an identifier of the query (``NEXT_PUBLIC_``, ``INC-2307``) counts for
         a candidate only where it is written as such, when some candidate has it so; BM25 alone
         also matches its pieces scattered over a note.
+    turns:
+        In convex fusion, a conversation turn (an item with a ``conversation``) is read with the
+        turns around it, and a question naming one of the speakers favours that speaker's turns
+        (:mod:`nbmemory.search.turns`). Items without a conversation are untouched.
     symbols:
         A query token made of punctuation more than letters (``g??``, ``$0``, ``:/``), which the
         full-text index drops, is one more keyword term, held where it is written as such
@@ -97,6 +101,7 @@ class PipelineConfig:
     vector_weight: float = 0.8
     fill_bm25: bool = True
     literal: bool = True
+    turns: bool = True
     symbols: bool = True
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})

@@ -21,6 +21,7 @@ from nbmemory.search.base import Query, Retrieved, retriever_ranks
 from nbmemory.search.evidence import lexical_evidence, query_idfs
 from nbmemory.search.pool import cosines, stored_once
 from nbmemory.search.trace import Trace
+from nbmemory.search.turns import Turns, turns_of, vector_weight
 from nbmemory.store import passages
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows
@@ -92,6 +93,9 @@ class ConvexParts(Mapping[K, dict[str, float]]):
         The vector weight used, and the configured one before the identifier lean.
     items:
         The items to break down.
+    context, speaker, alpha_of:
+        Item -> what its neighbours added to its keyword share, its speaker gain, and the vector
+        weight it was fused with when that is not ``alpha`` (turns only).
     """
 
     def __init__(
@@ -102,23 +106,35 @@ class ConvexParts(Mapping[K, dict[str, float]]):
         alpha: float,
         base_alpha: float,
         items: Sequence[K],
+        context: Mapping[K, float] | None = None,
+        speaker: Mapping[K, float] | None = None,
+        alpha_of: Mapping[K, float] | None = None,
     ) -> None:
         self._inputs = (lexical, chunk_cosine, cosine, alpha, base_alpha)
+        self._turns = (context or {}, speaker or {}, alpha_of or {})
         self._items = dict.fromkeys(items)
 
     def __getitem__(self, item: K) -> dict[str, float]:
         if item not in self._items:
             raise KeyError(item)
         lexical, chunk_cosine, cosine, alpha, base_alpha = self._inputs
+        context, speaker, alpha_of = self._turns
+        if item in alpha_of:
+            alpha = base_alpha = alpha_of[item]  # a turn's own weight: no identifier lean
         lex = lexical.get(item, 0.0)
         raised = cosine.get(item, 0.0)
         own = chunk_cosine.get(item, raised)
-        return {
+        parts = {
             "bm25": (1.0 - base_alpha) * lex,
             "identifier": (base_alpha - alpha) * lex,
             "cosine": alpha * own,
             "passage": alpha * (raised - own),
         }
+        if item in context:
+            parts["neighbours"] = (1.0 - alpha) * context[item]
+        if item in speaker:
+            parts["speaker"] = speaker[item]
+        return parts
 
     def __contains__(self, item: object) -> bool:
         return item in self._items
@@ -183,6 +199,9 @@ class ConvexFusion:
                 why = "cosine and keyword share on their own scales"
             weights = {"bm25": 1.0 - alpha, "vector": alpha}
             candidates = list(dict.fromkeys(i for got in found.values() for i in got.ids))
+            turns = turns_of(self.db, query.text, candidates) if config.turns else None
+            if turns is not None:
+                candidates += turns.added(candidates)
             exact = self._cosines(query, found["vector"], candidates)
             # In candidate order, whichever way the cosines were read: ties break by first seen.
             cosine = {i: exact[i] for i in candidates if i in exact}
@@ -194,8 +213,19 @@ class ConvexFusion:
             if config.fill_bm25:
                 bm25, filled = self._fill_bm25(bm25, candidates)
             lexical = self._lexical(bm25, evidence)
-            fused = convex({"bm25": lexical, "vector": cosine}, weights)[:pool_size]
-            stage.notes = {"weights": {n: round(w, 3) for n, w in weights.items()}, "why": why}
+            sides = {"bm25": lexical, "vector": cosine}
+            context: dict[int, float] = {}
+            gain: dict[int, float] = {}
+            alpha_of: dict[int, float] = {}
+            if turns is not None:
+                sides, weights, context, gain, alpha_of = self._turns(turns, lexical, cosine, alpha, candidates)
+                stage.notes["turns"] = {
+                    "turns": len(alpha_of),
+                    "vector_weight": round(next(iter(alpha_of.values()), alpha), 3),
+                    "speaker": turns.named,
+                }
+            fused = convex(sides, weights)[:pool_size]
+            stage.notes.update(weights={n: round(w, 3) for n, w in weights.items()}, why=why)
             if filled:
                 stage.notes["bm25_filled"] = filled
             if rescored is not None:
@@ -208,7 +238,7 @@ class ConvexFusion:
             stage.output = [i for i, _ in fused]
             stage.scores = dict(fused)
             stage.parts = ConvexParts(  # type: ignore[assignment]  # a read-only mapping
-                lexical, chunk_cosine, cosine, alpha, config.vector_weight, stage.output
+                lexical, chunk_cosine, cosine, alpha, config.vector_weight, stage.output, context, gain, alpha_of
             )
             stage.detail = {
                 doc: ", ".join(
@@ -219,6 +249,27 @@ class ConvexFusion:
                 for doc in stage.output[:k]
             }
         return evidence, list(fused)
+
+    @staticmethod
+    def _turns(
+        turns: Turns, lexical: dict[int, float], cosine: dict[int, float], alpha: float, candidates: list[int]
+    ) -> tuple[dict[str, dict[int, float]], dict[str, float], dict[int, float], dict[int, float], dict[int, float]]:
+        """The convex inputs with conversation turns weighed as turns (:mod:`nbmemory.search.turns`):
+        each side's scores already weighted per item (a turn by the weight its candidates'
+        separation gives, any other item by ``alpha``), the keyword share of a turn raised by its
+        neighbours', the speaker's gain; and those parts, for the explanation."""
+        members = turns.members
+        turn_alpha = vector_weight(cosine, lexical, members, alpha)
+        alpha_of = {i: turn_alpha for i in candidates if i in members}
+        context = turns.context(lexical)
+        keyword = {i: lexical.get(i, 0.0) + context.get(i, 0.0) for i in {*lexical, *context}}
+        gain = turns.speaker_gain(candidates)
+        sides = {
+            "bm25": {i: (1.0 - alpha_of.get(i, alpha)) * s for i, s in keyword.items()},
+            "vector": {i: alpha_of.get(i, alpha) * c for i, c in cosine.items()},
+            "speaker": gain,
+        }
+        return sides, dict.fromkeys(sides, 1.0), context, gain, alpha_of
 
     @staticmethod
     def _fill_bm25(bm25: Retrieved, candidates: list[int]) -> tuple[Retrieved, int]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,8 +46,11 @@ DEPTH = 20
 #: A kept value is recomputed once the number of live chunks moved by more than this share.
 STALE_SHARE = 0.1
 _TITLE_CHARS = 120
+#: A title at most this many sources share still names them (a note and its copy, two notes
+#: called "README"); one shared more widely is a group's label.
+MAX_SHARED_TITLE = 3
 #: How the value is measured; a value kept by another method is measured again.
-METHOD = 4
+METHOD = 5
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,8 @@ def _titles(db: Database) -> dict[str, tuple[str, int]]:
     """Source -> (its title, its first chunk), for every source of live chunks whose first chunk
     has a heading (a markdown note's H1 or file name, a notebook's or document's first heading).
     Items remembered without one are left out: their first line is most of their text, and the
-    same fact remembered several ways would read as a neighbour of every title."""
+    same fact remembered several ways would read as a neighbour of every title. So are headings
+    more than :data:`MAX_SHARED_TITLE` sources share."""
     rows = db.fetchall(
         """
         SELECT source, arg_min(heading, ordinal), arg_min(id, ordinal) FROM chunks
@@ -145,7 +150,11 @@ def _titles(db: Database) -> dict[str, tuple[str, int]]:
         title = (heading or "").split(" > ")[0].strip()
         if title:
             titles[source] = (title[:_TITLE_CHARS], int(first))
-    return titles
+    # A heading that many sources share names a group, not a source (a conversation's session
+    # and date over each of its turns): asked as a question it finds the group's other members
+    # by the heading alone, which says nothing of how close an unanswered question comes.
+    holders = Counter(title for title, _ in titles.values())
+    return {source: held for source, held in titles.items() if holders[held[0]] <= MAX_SHARED_TITLE}
 
 
 def _measure(db: Database, embedder: Embedder, chunks: int) -> NearMiss | None:
