@@ -3,7 +3,7 @@ and the query's symbols, which that index cannot hold (:mod:`nbmemory.search.sym
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
@@ -48,12 +48,15 @@ class BM25Retriever:
         wanted = symbols.of_query(query.text) if self.symbols and fts.index_exists(self.db) else []
         if wanted:
             symbols.prepare(self.db)
+        keep: Callable[[list[int]], list[int]] | None = None
         with self.db.lock:
             index = hot.serving(self.db)
             if index is not None:
-                allowed = None if filters.empty else index.allowed(self.db, where, params)
+                allowed = index.allowed(self.db, filters)
                 ranked, held, every = index.bm25(self.db, terms, depth, allowed, query.memo)
                 score_of = every.of
+                if allowed is not None:
+                    keep = partial(index.kept, allowed)
             else:
                 sql_held: dict[int, set[str]] = {}
                 held = sql_held
@@ -63,7 +66,7 @@ class BM25Retriever:
             found: dict[str, int] = {}
             if wanted:
                 ranked, held, score_of, symbol_idf, found = self._with_symbols(
-                    wanted, ranked, held, score_of, depth, where, params
+                    wanted, ranked, held, score_of, depth, where, params, keep
                 )
             # Read now, in this hold of the store: fusion needs them, and a search that takes
             # the lock again waits for any write that began meanwhile.
@@ -95,6 +98,7 @@ class BM25Retriever:
         depth: int,
         where: str,
         params: list[Any],
+        keep: Callable[[list[int]], list[int]] | None = None,
     ) -> tuple[
         list[tuple[int, float]], Mapping[int, AbstractSet[str]], ScoreOf, dict[str, tuple[float, int]], dict[str, int]
     ]:
@@ -105,12 +109,14 @@ class BM25Retriever:
 
         A symbol no chunk holds is left out of the terms: unlike a word the memory lacks, it may
         be prose punctuation the parse kept, and it must not count as evidence of no answer.
+        ``keep``: those of some chunk ids the filters allow (the memory-resident index's mask),
+        instead of reading them through ``where``.
         """
         n = float(fts.corpus_size(self.db))
         symbol_idf: dict[str, tuple[float, int]] = {}
         gain: dict[int, float] = {}
         holds: dict[int, set[str]] = {}
-        counted = symbols.holders(self.db, wanted, where, params)
+        counted = symbols.holders(self.db, wanted, where, params, keep)
         for name, (ids, df) in counted.items():
             if df == 0:
                 continue

@@ -16,6 +16,11 @@ snapshot rebuild, a re-embed swap, a rolled-back transaction, which clears ``db.
 the copies; they are rebuilt in a background thread while searches use SQL, so no search or
 write waits for a rebuild.
 
+Filters are evaluated on columns held here too (namespace, kind, source, tags, times, speaker,
+conversation: :mod:`nbmemory.search.filter_mask`), so a filtered search reads no row through SQL
+either; they follow the writes the same way, and :meth:`~nbmemory.store.db.Database.rows_changed`
+(every statement that updates chunks calls it) names the chunks whose columns alone changed.
+
 Scores are those of :func:`nbmemory.store.fts.search` (BM25 over the snapshot for chunks written
 before its watermark, over the delta for later ones, IDFs over both) and exact cosine similarity.
 """
@@ -34,7 +39,9 @@ import duckdb
 import numpy as np
 
 from nbmemory import long_lived
+from nbmemory.search import filter_mask
 from nbmemory.search import screen as screen_mod
+from nbmemory.search.filters import Filters
 from nbmemory.store import fts, vectors
 from nbmemory.store import rows as row_store
 from nbmemory.store.db import INDEX_KEY as _KEY
@@ -132,6 +139,10 @@ class HotIndex:
         self.error: str | None = None
         self.build_ms = 0.0
         self.pending: set[int] = set()
+        #: Chunks whose other columns changed (tags, times: :meth:`rows_changed`): the next
+        #: :meth:`sync` reads their filter columns again; ``all_rows_changed``: every chunk's.
+        self.pending_rows: set[int] = set()
+        self.all_rows_changed = False
         #: The vectors of chunks in ``pending`` as their writer gave them (:meth:`chunks_written`): a sync
         #: takes them from here instead of reading the table.
         self.pending_vectors: dict[int, np.ndarray] = {}
@@ -150,6 +161,8 @@ class HotIndex:
         self.post_tf = np.empty(0, dtype=np.float64)
         self.post_len = np.empty(0, dtype=np.float64)
         self.delta = _Delta()
+        #: What filters read, per row (:mod:`nbmemory.search.filter_mask`).
+        self.columns = filter_mask.Columns()
         self.ivf: _Ivf | None = None
         self.screen: screen_mod.Screen | None = None
         #: Rows written while the screen is built in the background (:meth:`_start_screen`).
@@ -172,6 +185,8 @@ class HotIndex:
         with db.lock:
             self.pending.clear()
             self.pending_vectors.clear()
+            self.pending_rows.clear()
+            self.all_rows_changed = False
             self.rebuilds = db.rebuilds
             mark = fts.watermark(db)
             has_fts = fts.index_exists(db)
@@ -182,14 +197,16 @@ class HotIndex:
             db.dirty_rows.clear()
             con = db.snapshot()
         try:
+            self.columns = filter_mask.Columns(filter_mask.Columns.present_in(con))
             chunks = con.execute(
-                "SELECT id, deleted_at IS NULL AS live, seq FROM chunks ORDER BY id"
+                f"SELECT id, deleted_at IS NULL AS live, seq{self.columns.select()} FROM chunks ORDER BY id"
             ).to_arrow_table()
             self.ids = chunks.column("id").to_numpy().astype(np.int64)
             self.n = len(self.ids)
             self.live = chunks.column("live").to_numpy(zero_copy_only=False).astype(bool)
             seq = chunks.column("seq").to_numpy(zero_copy_only=False)
             self.snapshot = (seq <= mark) & self.live
+            self.columns.read(chunks)
             self._read_vectors(con, has_vectors)
             self.ivf = _Ivf.build(self) if self.n > ANN_MIN_ROWS else None
             screened = screen_mod.ENABLED and screen_mod.MIN_ROWS <= self.n <= ANN_MIN_ROWS
@@ -201,6 +218,7 @@ class HotIndex:
             con.close()
         if preloaded is not None:
             row_store.install(db, preloaded, epoch)
+        filter_mask.prepare()
         self.build_ms = (time.perf_counter() - started) * 1000
         self.ready = True
         if screened and late_screen:
@@ -346,21 +364,39 @@ class HotIndex:
     # -- keeping in step --------------------------------------------------------------------
     def sync(self, db: Database) -> bool:
         """Apply the writes noted since the last search. False when they need a rebuild instead."""
-        if not self.pending:
+        if self.all_rows_changed:
+            return False
+        if not self.pending and not self.pending_rows:
             return True
         changed = np.array(sorted(self.pending), dtype=np.int64)
+        # Chunks whose filter columns alone changed are read in the same statement.
+        also = sorted(self.pending_rows - self.pending)
         self.pending.clear()
-        rows = db.execute(
-            "SELECT id, deleted_at IS NULL AS live, seq FROM chunks WHERE id IN (SELECT unnest(?::BIGINT[]))",
-            [changed.tolist()],
-        ).fetchall()
-        state = {int(i): (bool(live), int(seq)) for i, live, seq in rows}
-        new = np.array(sorted(i for i in state if i > (self.ids[-1] if self.n else -1)), dtype=np.int64)
+        self.pending_rows.clear()
+        self.columns.masks.clear()  # liveness or the filter columns change below
+        table = db.execute(
+            f"SELECT id, deleted_at IS NULL AS live, seq{self.columns.select()} FROM chunks "
+            "WHERE id IN (SELECT unnest(?::BIGINT[])) ORDER BY id",
+            [changed.tolist() + also],
+        ).to_arrow_table()
+        read_ids = table.column("id").to_numpy().astype(np.int64)
+        state = dict(
+            zip(
+                read_ids.tolist(),
+                zip(table.column("live").to_pylist(), table.column("seq").to_pylist(), strict=True),
+                strict=True,
+            )
+        )
+        new = np.array(sorted(i for i in changed.tolist() if i in state and i > (self.ids[-1] if self.n else -1)))
         if len(new):
-            self._grow(new)
+            self._grow(new.astype(np.int64))
+        at_read, found_read = self.rows_of(read_ids)
+        if not found_read.all():
+            return False  # a chunk this index never saw (below the newest one, or not written through it)
+        self.columns.put(at_read, table)
+        if not len(changed):
+            return True  # only filter columns changed: no vector, liveness or posting to read
         at, found = self.rows_of(changed)
-        if not found[np.isin(changed, list(state))].all():
-            return False  # a chunk id below the newest one that this index never saw
         mark = fts.watermark(db)
         for chunk_id, row, ok in zip(changed.tolist(), at.tolist(), found.tolist(), strict=True):
             if not ok:
@@ -406,6 +442,7 @@ class HotIndex:
     def _grow(self, new_ids: np.ndarray) -> None:
         count = len(new_ids)
         self.ids = np.concatenate([self.ids, new_ids])
+        self.columns.grow(count)
         self.live = np.concatenate([self.live, np.zeros(count, dtype=bool)])
         self.snapshot = np.concatenate([self.snapshot, np.zeros(count, dtype=bool)])
         # The matrix grows into spare rows (zeros), so a write of a few chunks does not copy it.
@@ -429,8 +466,30 @@ class HotIndex:
         return at, self.ids[at] == ids
 
     # -- reading ----------------------------------------------------------------------------
-    def allowed(self, db: Database, where: str, params: list[Any]) -> np.ndarray:
-        """Mask of the live rows matching a filter (a condition on alias ``c``, the chunks table)."""
+    def allowed(self, db: Database, filters: Filters) -> np.ndarray | None:
+        """Mask of the live rows matching ``filters`` (read-only), None when they restrict
+        nothing: from the index's columns (:mod:`~nbmemory.search.filter_mask`; made once
+        until a write changes the rows), or where those cannot evaluate them through SQL."""
+        if filters.empty:
+            return None
+        got = filter_mask.mask(filters, self.columns, self.live, self._rows_held)
+        if got is not None:
+            return got
+        return self.allowed_sql(db, *filters.sql())
+
+    def kept(self, allowed: np.ndarray, chunk_ids: list[int]) -> list[int]:
+        """Those of ``chunk_ids`` (in their order) whose rows ``allowed`` holds."""
+        at, found = self.rows_of(np.asarray(chunk_ids, dtype=np.int64))
+        found[found] = allowed[at[found]]
+        return [i for i, ok in zip(chunk_ids, found.tolist(), strict=True) if ok]
+
+    def _rows_held(self, chunk_ids: np.ndarray) -> np.ndarray:
+        at, found = self.rows_of(chunk_ids)
+        return at[found]
+
+    def allowed_sql(self, db: Database, where: str, params: list[Any]) -> np.ndarray:
+        """Mask of the live rows matching a condition on alias ``c`` (the chunks table), read
+        through SQL."""
         mask = np.zeros(self.n, dtype=bool)
         table = db.execute(
             f"SELECT c.id FROM chunks c WHERE c.deleted_at IS NULL AND ({where})", params
@@ -573,6 +632,14 @@ class HotIndex:
         if self.n:
             found &= self.has_vec[at]
         return vectors.Rows(ids[found].tolist(), self.mat[at[found]])  # one copy, not rows of the index
+
+    def rows_changed(self, chunk_ids: list[int] | None) -> None:
+        """Chunks whose columns changed (inside the writer's transaction; None: every chunk):
+        the next :meth:`sync` reads their filter columns again (every one: a rebuild)."""
+        if chunk_ids is None:
+            self.all_rows_changed = True
+        else:
+            self.pending_rows.update(chunk_ids)
 
     def chunks_written(self, chunk_ids: list[int], vecs: np.ndarray | None) -> None:
         """Chunks written or deleted (inside the writer's transaction): the next :meth:`sync`

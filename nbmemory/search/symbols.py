@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import string
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -177,13 +178,24 @@ def prepare(db: Database) -> None:
 
 
 def holders(
-    db: Database, names: list[str], where: str, params: list[Any]
+    db: Database,
+    names: list[str],
+    where: str,
+    params: list[Any],
+    keep: Callable[[list[int]], list[int]] | None = None,
 ) -> dict[str, tuple[list[int], int]]:
     """For each symbol of ``names`` (lower case): the live chunks matching ``where`` (a condition
     on alias ``c``) that hold it as written, in id order, and how many live chunks hold it in
-    all (its document frequency)."""
+    all (its document frequency).
+
+    ``keep``: those of some ids (in order) that match the filters, given by the caller (the
+    memory-resident index's mask of them); ``where`` is then not read.
+    """
     heads = _heads(db)
     if heads is None:
+        if keep is not None:
+            scanned = {name: _scanned(db, name, "TRUE", []) for name in names}
+            return {name: (keep(ids), df) for name, (ids, df) in scanned.items()}
         return {name: _scanned(db, name, where, params) for name in names}
     dirty = db.dirty_rows
     found = {name: {i for i in heads.holders(name) if i not in dirty} for name in names}
@@ -198,6 +210,9 @@ def holders(
         everything = sorted(found[name])
         if where == "TRUE" or not everything:
             out[name] = (everything, len(everything))
+            continue
+        if keep is not None:
+            out[name] = (keep(everything), len(everything))
             continue
         allowed = db.fetchall(
             f"SELECT c.id FROM chunks c WHERE c.id IN ({', '.join(map(str, everything))}) "

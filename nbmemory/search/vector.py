@@ -52,10 +52,7 @@ class VectorRetriever:
     def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
         """The ``depth`` items nearest the query, scored by cosine similarity."""
         qvec = query.vector()
-        where, params = filters.sql()
-        found, plan = nearest(
-            self.db, qvec, depth, self.embedder.dim, None if filters.empty else where, params, query.memo
-        )
+        found, plan = nearest(self.db, qvec, depth, self.embedder.dim, memo=query.memo, filters=filters)
         notes: dict[str, Any] = {"method": plan.method, "embed_ms": round(query.embed_ms, 2)}
         if plan.matching_rows is not None:
             notes["matching_rows"] = plan.matching_rows
@@ -70,16 +67,25 @@ def nearest(
     where: str | None = None,
     params: list[Any] | None = None,
     memo: dict[Any, Any] | None = None,
+    filters: Filters | None = None,
 ) -> tuple[list[tuple[int, float]], vectors.VectorPlan]:
     """Top ``limit`` (chunk id, cosine distance) among live chunks matching ``where`` (a condition
-    on alias ``c``, chunks; ``None``: every live chunk), as :func:`nbmemory.store.vectors.search`
-    ranks them. ``memo``: one search's store, where the memory-resident scan is kept for a deeper
-    pass (:meth:`nbmemory.search.hot.HotIndex.nearest`)."""
+    on alias ``c``, chunks; ``None``: every live chunk) or ``filters`` (instead of ``where``),
+    as :func:`nbmemory.store.vectors.search` ranks them. ``memo``: one search's store, where the
+    memory-resident scan is kept for a deeper pass (:meth:`nbmemory.search.hot.HotIndex.nearest`).
+
+    Filters are evaluated on the memory-resident index's columns when it serves (no SQL:
+    :meth:`~nbmemory.search.hot.HotIndex.allowed`); a ``where`` through SQL."""
+    if filters is not None:
+        where, params = (None, []) if filters.empty else filters.sql()
     params = params or []
     with db.lock:
         index = hot.serving(db)
         if index is not None:
-            allowed = None if where is None else index.allowed(db, where, params)
+            if filters is not None:
+                allowed = index.allowed(db, filters)
+            else:
+                allowed = None if where is None else index.allowed_sql(db, where, params)
             found = index.nearest(query, limit, allowed, memo)
             matching = None if allowed is None else int(allowed.sum())
             return [(i, 1.0 - sim) for i, sim in found], vectors.VectorPlan("memory", len(found), matching)

@@ -76,6 +76,8 @@ class WriteFollower(Protocol):
 
     def chunks_written(self, chunk_ids: list[int], vectors: np.ndarray | None) -> None: ...
 
+    def rows_changed(self, chunk_ids: list[int] | None) -> None: ...
+
 
 class Database:
     """One open memory file.
@@ -185,14 +187,20 @@ class Database:
             cast(WriteFollower, index).chunks_written(ids, vectors)
 
     def rows_changed(self, chunk_ids: object = None) -> None:
-        """Drop cached chunk rows (:func:`nbmemory.store.rows.fetch_rows`): these ids, or all."""
+        """Drop cached chunk rows (:func:`nbmemory.store.rows.fetch_rows`): these ids, or all.
+        The search index is told too: it holds the columns filters read."""
         cached = self.cache.get("rows")
+        index = self.cache.get(INDEX_KEY)
         if chunk_ids is None:
             self.row_epoch += 1
             if isinstance(cached, dict):
                 cached.clear()
+            if index is not None:
+                cast(WriteFollower, index).rows_changed(None)
             return
         ids = [int(i) for i in chunk_ids]  # type: ignore[attr-defined]
+        if index is not None:
+            cast(WriteFollower, index).rows_changed(ids)
         self.dirty_rows.update(ids)
         if isinstance(cached, dict):
             for i in ids:
