@@ -622,7 +622,7 @@ class HotIndex:
         if self.screen is not None:
             return self.screen.scan(q, self.mat, self.inv_norm, ok, memo)
         rows = np.flatnonzero(ok)
-        scores = ((self.mat @ q) * self.inv_norm)[rows]
+        scores = _cosines32(self.mat, self.inv_norm, rows, q)
         return lambda _limit: (rows, scores)
 
     def vectors(self, chunk_ids: Iterable[int]) -> vectors.Rows:
@@ -733,6 +733,17 @@ class _Ivf:
             scores = np.concatenate([scores, (index.mat[tail] @ q) * index.inv_norm[tail]])
         return rows, scores
 
+
+
+def _cosines32(mat: np.ndarray, inv_norm: np.ndarray, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """float32 cosines of ``rows`` of ``mat`` to the unit query ``q``: only those rows' products
+    when they are under half of them (a filter's), each row summed by ``einsum`` on its own.
+    Not BLAS below :data:`ANN_MIN_ROWS` rows: it splits a product this small over its threads
+    and then waits for one that the OS put aside; on two busy cores (load 4.5) 3,000 x 384 took
+    7 ms through BLAS against 0.3 through ``einsum``."""
+    part = mat[rows] if len(rows) < len(mat) // 2 else mat
+    dots = part @ q if len(part) > ANN_MIN_ROWS else np.einsum("ij,j->i", part, q)
+    return (dots if part is not mat else dots[rows]) * inv_norm[rows]
 
 
 def _unit32(query: np.ndarray) -> np.ndarray:
