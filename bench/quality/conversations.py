@@ -28,19 +28,16 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import sys
 import time
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytrec_eval
 
 from bench.lib.embed_cache import CachedEmbedder
 from bench.lib.paths import REPO, RESULTS, SHARED
+from nbmemory.eval.conversations import K, Question, Turn, evaluate, load
 from nbmemory.search.config import PipelineConfig
 
 DEFAULT_DATA = SHARED / "datasets" / "conversations" / "locomo-dev" / "locomo-dev.json"
@@ -48,8 +45,6 @@ DEFAULT_OUT = RESULTS / "conversations.json"
 CACHE = REPO / "bench" / ".cache" / "conversations"
 #: Bumped when what is stored for a turn changes: a new store is built.
 INGEST_FORMAT = "turns-v3"
-K = 10
-_TURN = re.compile(r"D(\d+):(\d+)")
 
 CONFIGS: dict[str, PipelineConfig] = {
     "default": PipelineConfig(),
@@ -57,70 +52,6 @@ CONFIGS: dict[str, PipelineConfig] = {
     "vector": PipelineConfig(retrievers=("vector",)),
     "rrf": PipelineConfig.plain(),
 }
-
-
-@dataclass(frozen=True)
-class Turn:
-    conversation: str
-    dia_id: str
-    speaker: str
-    text: str
-    heading: str
-    at: datetime | None
-
-
-@dataclass(frozen=True)
-class Question:
-    qid: str
-    conversation: str
-    text: str
-    category: int
-    evidence: tuple[str, ...]
-
-
-def parse_evidence(entries: list[str]) -> tuple[str, ...]:
-    """Turn ids of a question's evidence: ``"D8:6; D9:17"`` and ``"D9:1 D4:4"`` split, ``"D:11:26"`` read as ``D11:26``."""
-    out: list[str] = []
-    for entry in entries:
-        for part in re.split(r"[;,\s]+", entry.strip()):
-            part = part.replace("D:", "D")
-            match = _TURN.fullmatch(part)
-            if match:
-                out.append(f"D{int(match.group(1))}:{int(match.group(2))}")
-    return tuple(dict.fromkeys(out))
-
-
-def session_time(text: str) -> datetime | None:
-    """``"1:56 pm on 8 May, 2023"`` as a datetime (None when it does not parse)."""
-    try:
-        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
-    except ValueError:
-        return None
-
-
-def load(path: Path) -> tuple[list[Turn], list[Question]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    turns: list[Turn] = []
-    questions: list[Question] = []
-    for conv in data:
-        cid = conv["sample_id"]
-        body = conv["conversation"]
-        sessions = sorted(
-            (int(m.group(1)), key) for key in body if (m := re.fullmatch(r"session_(\d+)", key))
-        )
-        for number, key in sessions:
-            when = body.get(f"{key}_date_time", "")
-            for turn in body[key]:
-                text = f"{turn['speaker']}: {turn['text']}"
-                if turn.get("blip_caption"):
-                    text += f" [shares a photo: {turn['blip_caption']}]"
-                turns.append(
-                    Turn(cid, turn["dia_id"], turn["speaker"], text, f"Session {number}, {when}", session_time(when))
-                )
-        for n, qa in enumerate(conv["qa"]):
-            evidence = parse_evidence(qa.get("evidence", []))
-            questions.append(Question(f"{cid}/{n}", cid, qa["question"], int(qa["category"]), evidence))
-    return turns, questions
 
 
 def _store_key(turns: list[Turn], model_fingerprint: str) -> str:
@@ -173,22 +104,6 @@ def _fields(memory: Any, group: list[Turn], cid: str) -> dict[str, Any]:
     if "conversations" in params:
         out["conversations"] = [cid] * len(group)
     return out
-
-
-def evaluate(ranked: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
-    run = {q: {d: 1.0 / r for r, d in enumerate(docs[:K], start=1)} for q, docs in ranked.items()}
-    run = {q: docs if docs else {"__none__": 0.0} for q, docs in run.items()}
-    scores = pytrec_eval.RelevanceEvaluator(qrels, {"success.1,5,10", "recall.5", "recip_rank"}).evaluate(run)
-    return {
-        q: {
-            "recall_any@1": s["success_1"],
-            "recall_any@5": s["success_5"],
-            "recall_any@10": s["success_10"],
-            "recall_all@5": 1.0 if s["recall_5"] >= 1.0 - 1e-9 else 0.0,
-            "mrr@10": s["recip_rank"],
-        }
-        for q, s in scores.items()
-    }
 
 
 def run_config(
@@ -244,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(time.strftime("%H:%M:%S"), message, file=sys.stderr, flush=True)
 
-    from nbmemory.embed.loader import load_model
     from nbmemory.config import Settings
+    from nbmemory.embed.loader import load_model
 
     turns, questions = load(args.data)
     if args.conversations:

@@ -323,6 +323,12 @@ class SearchPipeline:
             top_sim = max(found["vector"].scores.values(), default=None)
             missing = reject_mod.unseen(query, evidence.mass, evidence.unseen_idf, evidence.missing_terms)
             rejected, reason, numbers = thresholds.should_reject(top_sim, missing, evidence.evidence)
+            if rejected:
+                # Only a flag is worth the look-up: a missing word may be a misspelling.
+                spelled = reject_mod.without_typos(self.db, missing)
+                if spelled.typos:
+                    rejected, reason, numbers = thresholds.should_reject(top_sim, spelled, evidence.evidence)
+                    numbers += f"; read as misspellings: {', '.join(sorted(spelled.typos))}"
             fusion = trace.stage("convex")
             best = fusion.notes.get("best_cosine") if fusion is not None else None
             weak_words = evidence.mass > 0 and evidence.evidence < reject_mod.KEYWORD_HALF

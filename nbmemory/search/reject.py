@@ -12,10 +12,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nbmemory.search import bm25
+from nbmemory.store import fts
+from nbmemory.store.db import Database
 from nbmemory.store.fts import words_of_terms
 
 TIERS = ("high", "medium", "low")
@@ -34,6 +37,8 @@ RARE_ZIPF = 3.0
 #: The best keyword match holds under this share of the query's IDF mass: wording the notes do not
 #: use (the boundary at which adaptive fusion leans to the vector side, :mod:`~nbmemory.search.adaptive`).
 KEYWORD_HALF = 0.5
+#: Missing words at least this long are checked for being misspellings of words the memory holds.
+TYPO_MIN_CHARS = 5
 
 
 def rare(word: str) -> bool:
@@ -78,11 +83,15 @@ class Unseen:
 
     words: dict[str, list[str]]
     idf_share: float
+    #: Missing terms whose words are one edit from a word the memory holds: misspellings.
+    typos: frozenset[str] = frozenset()
 
     def _rare(self) -> list[str]:
         # A term counts when every word behind it is rare (a term whose words the stemmer changed
-        # past recognition has none and counts: it is no English word).
-        return [t for t, words in self.words.items() if all(rare(w) for w in words)]
+        # past recognition has none and counts: it is no English word), and is no misspelling.
+        return [
+            t for t, words in self.words.items() if t not in self.typos and all(rare(w) for w in words)
+        ]
 
     def share(self) -> float:
         """Share of the query's IDF mass on the missing terms rare in English."""
@@ -91,6 +100,33 @@ class Unseen:
     def names(self) -> list[str]:
         """The query's words behind the missing terms rare in English, as written."""
         return [w for t in self._rare() for w in (self.words[t] or [t])]
+
+
+def without_typos(db: Database, missing: Unseen) -> Unseen:
+    """``missing`` with the terms marked whose every word is one edit (a letter dropped, added,
+    changed or two swapped) from a word the memory holds: "educaton" where the memory says
+    "education" is a slip of the keys, not a topic the memory lacks. Words shorter than
+    :data:`TYPO_MIN_CHARS` are left alone: too many words lie one edit from them."""
+    if not missing.words:
+        return missing
+    typos = set()
+    for term, words in missing.words.items():
+        if words and all(len(w) >= TYPO_MIN_CHARS and _one_edit_held(db, w.lower()) for w in words):
+            typos.add(term)
+    return replace(missing, typos=frozenset(typos)) if typos else missing
+
+
+def _one_edit_held(db: Database, word: str) -> bool:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    edits = {a + b[1:] for a, b in splits if b}
+    edits |= {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+    edits |= {a + c + b[1:] for a, b in splits if b for c in letters}
+    edits |= {a + c + b for a, b in splits for c in letters}
+    edits.discard(word)
+    terms = sorted(set(fts.stems(sorted(edits))))
+    held, _ = bm25.idfs(db, terms)
+    return any(df > 0 for _, df in held.values())
 
 
 def unseen(query: str, mass: float, unseen_idf: float, missing_terms: list[str]) -> Unseen:

@@ -98,7 +98,9 @@ def separation(scores: Iterable[float]) -> float:
         return 0.0
     rest = best[1:]
     spread = float(rest.std())
-    return float(best[0] - rest.mean()) / spread if spread > 0 else 0.0
+    if spread <= 1e-9 * max(1.0, abs(float(best[0]))):
+        return 0.0  # equal scores (rounding aside): nothing stands out
+    return max(0.0, float(best[0] - rest.mean()) / spread)
 
 
 def vector_weight(cosine: Mapping[int, float], lexical: Mapping[int, float], turns: Iterable[int], default: float) -> float:
@@ -106,7 +108,9 @@ def vector_weight(cosine: Mapping[int, float], lexical: Mapping[int, float], tur
     scores (:func:`separation`), or ``default`` when neither separates any."""
     ids = list(turns)
     z_vector = separation(cosine[i] for i in ids if i in cosine)
-    z_bm25 = separation(lexical[i] for i in ids if i in lexical)
+    # A turn holding no query word scores 0 on the keyword side: one turn alone holding them is
+    # the clearest separation there is, not none.
+    z_bm25 = separation(lexical.get(i, 0.0) for i in ids)
     if z_vector + z_bm25 <= 0:
         return default
     return z_vector / (z_vector + z_bm25)

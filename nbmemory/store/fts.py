@@ -345,6 +345,11 @@ def words_of_terms(query: str, terms: list[str]) -> dict[str, list[str]]:
     return found
 
 
+def stems(words: list[str]) -> list[str]:
+    """Each of ``words`` (lower case, accents stripped) as the index stems it."""
+    return list(_porter().stemWords(words))
+
+
 @functools.cache
 def _porter() -> Any:
     import Stemmer  # PyStemmer: libstemmer's C stemmers
