@@ -357,9 +357,8 @@ def mask(
     filters: Filters, cols: Columns, live: np.ndarray, rows_of: Callable[[Any], np.ndarray]
 ) -> np.ndarray | None:
     """The live rows matching ``filters`` (read-only; kept in ``cols`` until its rows change),
-    or None when the arrays cannot evaluate them. ``rows_of``: the rows of chunk ids (absent
-    ones at a row no id maps to is fine: ids are checked against ``live`` rows only through
-    the mask's ``&``)."""
+    or None when the arrays cannot evaluate them. ``rows_of``: the rows of those of some chunk
+    ids that the index holds (for the ``ids`` field)."""
     try:
         held = cols.masks.get(filters)
     except TypeError:
