@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         embed_ms.append((time.perf_counter() - started) * 1000)
     embedder.query_vectors = vectors
     rows = []
+    by_conversation: dict[str, list[dict[str, Any]]] = {}
     per_query_out: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()[0]
     for name in args.configs.split(","):
@@ -189,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         ranked, flagged, ms = run_config(memory, name, config, searched)
         per_query = evaluate({q: ranked[q] for q in qrels}, qrels)
         rows.append(summarise(name, per_query, flagged, ms, answerable, adversarial))
+        for cid in sorted({q.conversation for q in answerable}):
+            mine = [q for q in answerable if q.conversation == cid]
+            part = summarise(name, per_query, flagged, ms, mine, [q for q in adversarial if q.conversation == cid])
+            by_conversation.setdefault(cid, []).append({k: v for k, v in part.items() if not k.endswith("_ms")})
         log(f"{name}: {rows[-1]}")
         for q in answerable:
             per_query_out.setdefault(q.qid, {"question": q.text, "category": q.category, "evidence": q.evidence})
@@ -212,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         "query_embedding_p50_ms": round(float(np.percentile(embed_ms, 50)), 2),
         "ingest_format": INGEST_FORMAT,
         "rows": rows,
+        "by_conversation": by_conversation,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

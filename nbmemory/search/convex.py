@@ -19,6 +19,7 @@ import numpy as np
 from nbmemory.search.adaptive import QueryEvidence, idf_sum
 from nbmemory.search.base import Query, Retrieved, retriever_ranks
 from nbmemory.search.evidence import lexical_evidence, query_idfs
+from nbmemory.search.filters import Filters
 from nbmemory.search.pool import cosines, stored_once
 from nbmemory.search.trace import Trace
 from nbmemory.search.turns import Turns, turns_of, vector_weight
@@ -133,7 +134,7 @@ class ConvexParts(Mapping[K, dict[str, float]]):
         if item in context:
             parts["neighbours"] = (1.0 - alpha) * context[item]
         if item in speaker:
-            parts["speaker"] = speaker[item]
+            parts["speaker and date"] = speaker[item]
         return parts
 
     def __contains__(self, item: object) -> bool:
@@ -177,12 +178,24 @@ class ConvexFusion:
         self.config = config
 
     def __call__(
-        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
+        self,
+        query: Query,
+        found: dict[str, Retrieved],
+        k: int,
+        trace: Trace,
+        pool_size: int,
+        filters: Filters | None = None,
     ) -> tuple[QueryEvidence | None, Ranked]:
-        return self._convex(query, found, k, trace, pool_size)
+        return self._convex(query, found, k, trace, pool_size, filters)
 
     def _convex(
-        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
+        self,
+        query: Query,
+        found: dict[str, Retrieved],
+        k: int,
+        trace: Trace,
+        pool_size: int,
+        filters: Filters | None = None,
     ) -> tuple[QueryEvidence | None, Ranked]:
         """Convex combination of the cosine and the BM25 share of the query, for every candidate."""
         config = self.config
@@ -199,7 +212,7 @@ class ConvexFusion:
                 why = "cosine and keyword share on their own scales"
             weights = {"bm25": 1.0 - alpha, "vector": alpha}
             candidates = list(dict.fromkeys(i for got in found.values() for i in got.ids))
-            turns = turns_of(self.db, query.text, candidates) if config.turns else None
+            turns = turns_of(self.db, query.text, candidates, filters) if config.turns else None
             if turns is not None:
                 candidates += turns.added(candidates)
             exact = self._cosines(query, found["vector"], candidates)
@@ -223,6 +236,7 @@ class ConvexFusion:
                     "turns": len(alpha_of),
                     "vector_weight": round(next(iter(alpha_of.values()), alpha), 3),
                     "speaker": turns.named,
+                    "dates": [str(p) for p in turns.dates],
                 }
             fused = convex(sides, weights)[:pool_size]
             stage.notes.update(weights={n: round(w, 3) for n, w in weights.items()}, why=why)
@@ -264,6 +278,8 @@ class ConvexFusion:
         context = turns.context(lexical)
         keyword = {i: lexical.get(i, 0.0) + context.get(i, 0.0) for i in {*lexical, *context}}
         gain = turns.speaker_gain(candidates)
+        for i, more in turns.date_gain(candidates).items():
+            gain[i] = gain.get(i, 0.0) + more
         sides = {
             "bm25": {i: (1.0 - alpha_of.get(i, alpha)) * s for i, s in keyword.items()},
             "vector": {i: alpha_of.get(i, alpha) * c for i, c in cosine.items()},

@@ -133,6 +133,9 @@ class Columns:
         self.n = 0
         #: Masks already made (:func:`mask`), dropped by every change of the rows.
         self.masks: dict[Filters, np.ndarray] = {}
+        #: What other stages derive from the columns (a conversation's turns in order,
+        #: :mod:`~nbmemory.search.turns`), dropped with the masks.
+        self.derived: dict[Any, Any] = {}
 
     @staticmethod
     def present_in(con: Any) -> list[str]:
@@ -153,6 +156,7 @@ class Columns:
             self.times[name] = _micros(table.column(name))
         self.n = table.num_rows
         self.masks.clear()
+        self.derived.clear()
 
     def grow(self, count: int) -> None:
         """Rows added at the end (empty until :meth:`put`)."""
@@ -162,6 +166,7 @@ class Columns:
             self.times[name] = np.concatenate([values, np.full(count, NULL_TIME, dtype=np.int64)])
         self.n += count
         self.masks.clear()
+        self.derived.clear()
 
     def put(self, rows: np.ndarray, table: pa.Table) -> None:
         """Rows ``rows`` as read again (``table``, one row each, in the same order)."""
@@ -172,6 +177,7 @@ class Columns:
         for name in self.times:
             self.times[name][rows] = _micros(table.column(name))
         self.masks.clear()
+        self.derived.clear()
 
 
 def _tag_set(text: str | None) -> frozenset[Any] | None:

@@ -374,6 +374,7 @@ class HotIndex:
         self.pending.clear()
         self.pending_rows.clear()
         self.columns.masks.clear()  # liveness or the filter columns change below
+        self.columns.derived.clear()
         table = db.execute(
             f"SELECT id, deleted_at IS NULL AS live, seq{self.columns.select()} FROM chunks "
             "WHERE id IN (SELECT unnest(?::BIGINT[])) ORDER BY id",

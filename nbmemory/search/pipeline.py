@@ -130,7 +130,7 @@ class SearchPipeline:
         saturated = candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
         if config.group and saturated and depth < MAX_GROUP_DEPTH and self._few_sources(found, k, pool_size):
             return None, trace
-        evidence, order = self._fuse(q, found, k, trace, pool_size)
+        evidence, order = self._fuse(q, found, k, trace, pool_size, filters)
         pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None, q.memo)
         if config.reranker:
             order = self._rerank(text, order, found, pool, trace)
@@ -180,11 +180,11 @@ class SearchPipeline:
         return found
 
     def _fuse(
-        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
+        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int, filters: Filters
     ) -> tuple[QueryEvidence | None, Ranked]:
         """Fuse the rankings (convex or RRF, weights from the query's evidence), cut to ``pool_size``."""
         if self.config.fusion == "convex" and len(found) > 1:
-            return ConvexFusion(self.db, self.embedder, self.config)(query, found, k, trace, pool_size)
+            return ConvexFusion(self.db, self.embedder, self.config)(query, found, k, trace, pool_size, filters)
         return RRFFusion(self.db, self.config)(query.text, found, k, trace, pool_size)
 
     def _pool_depth(self, k: int) -> int:

@@ -21,6 +21,10 @@ the short turns of one conversation are high and flat, while BM25 picks out the 
 words. Over notes the fixed weight chosen on notes ranks better (docs/evaluation/conversations.md
 says by how much), so documents keep it.
 
+A question that names a date ("in June", "in July 2023", "on October 13, 2023") favours the turns
+said then by :data:`DATE_GAIN`, read from their event time: the session a turn was said in is
+where its "last week" happened.
+
 Items without a conversation (notes, notebooks, documents) are untouched: a search of them ranks
 as before, and no statement is run for them.
 """
@@ -30,9 +34,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
+from nbmemory.search import filter_mask, hot
+from nbmemory.search.filters import Filters
 from nbmemory.store.db import Database
 from nbmemory.store.rows import HitRow, fetch_rows
 
@@ -41,6 +48,8 @@ from nbmemory.store.rows import HitRow, fetch_rows
 CONTEXT_SHARE = 0.5
 #: What a turn by the speaker a question names gains on the fused scale (chosen likewise).
 SPEAKER_GAIN = 0.2
+#: What a turn said on a date the question names gains (chosen like :data:`SPEAKER_GAIN`).
+DATE_GAIN = 0.2
 #: How many of a retriever's best scores :func:`separation` reads.
 SEPARATION_DEPTH = 50
 _WORD = re.compile(r"\w+")
@@ -52,17 +61,23 @@ class Turns:
 
     ``neighbours``: turn -> the turns right before and after it in its conversation;
     ``speaker``: turn -> who said it (turns with a speaker only); ``named``: the one speaker the
-    query names, or None.
+    query names, or None; ``said_at`` and ``dates``: when each turn was said, and the dates the
+    query names (:func:`named_dates`).
     """
 
     neighbours: dict[int, tuple[int, ...]] = field(default_factory=dict)
     speaker: dict[int, str] = field(default_factory=dict)
     named: str | None = None
+    #: Turn -> when it was said (turns with an event time only), and the dates the query names.
+    said_at: dict[int, datetime] = field(default_factory=dict)
+    dates: list[Period] = field(default_factory=list)
+    #: Neighbours the search's filters exclude: they play no part.
+    excluded: set[int] = field(default_factory=set)
 
     @property
     def members(self) -> set[int]:
         """Every turn this context knows: the candidates that are turns and their neighbours."""
-        return set(self.neighbours) | {j for around in self.neighbours.values() for j in around}
+        return (set(self.neighbours) | {j for around in self.neighbours.values() for j in around}) - self.excluded
 
     def added(self, candidates: Iterable[int]) -> list[int]:
         """The neighbours of ``candidates`` that are not candidates themselves, in order."""
@@ -70,7 +85,7 @@ class Turns:
         out: dict[int, None] = {}
         for i in list(have):
             for j in self.neighbours.get(i, ()):
-                if j not in have:
+                if j not in have and j not in self.excluded:
                     out[j] = None
         return sorted(out)
 
@@ -78,7 +93,7 @@ class Turns:
         """What each turn's keyword share gains from its best neighbour's (non-zero gains only)."""
         gains: dict[int, float] = {}
         for i, around in self.neighbours.items():
-            best = max((lexical.get(j, 0.0) for j in around), default=0.0)
+            best = max((lexical.get(j, 0.0) for j in around if j not in self.excluded), default=0.0)
             if best > 0:
                 gains[i] = CONTEXT_SHARE * best
         return gains
@@ -88,6 +103,75 @@ class Turns:
         if self.named is None:
             return {}
         return {i: SPEAKER_GAIN for i in items if self.speaker.get(i) == self.named}
+
+    def date_gain(self, items: Iterable[int]) -> dict[int, float]:
+        """:data:`DATE_GAIN` for each of ``items`` said on a date the query names."""
+        if not self.dates:
+            return {}
+        return {
+            i: DATE_GAIN
+            for i in items
+            if (when := self.said_at.get(i)) is not None and any(p.holds(when) for p in self.dates)
+        }
+
+
+@dataclass(frozen=True)
+class Period:
+    """A date a query names, as precise as it was said: a year, a month (of any year when no
+    year is said), or a day."""
+
+    year: int | None = None
+    month: int | None = None
+    day: int | None = None
+
+    def holds(self, when: datetime) -> bool:
+        return (
+            (self.year is None or when.year == self.year)
+            and (self.month is None or when.month == self.month)
+            and (self.day is None or when.day == self.day)
+        )
+
+
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June",
+    "July", "August", "September", "October", "November", "December",
+)  # fmt: skip
+_MONTH = "|".join(_MONTHS)
+# Capitalised month names only: "may" is a verb. "October 13, 2023", "13 October 2023",
+# "July 2023", "June", "2023-10-13", "in 2023".
+_DATES = re.compile(
+    rf"""(?x)
+    \b(?P<iso>(?P<iy>(?:19|20)\d\d)-(?P<im>\d\d)-(?P<id>\d\d))\b
+    | \b(?P<d1>\d{{1,2}})(?:st|nd|rd|th)?\s+(?P<m1>{_MONTH})\b,?(?:\s+(?P<y1>(?:19|20)\d\d)\b)?
+    | \b(?P<m2>{_MONTH})\b(?:\s+(?P<d2>\d{{1,2}})(?:st|nd|rd|th)?\b)?,?(?:\s+(?P<y2>(?:19|20)\d\d)\b)?
+    | \b(?P<y3>(?:19|20)\d\d)\b
+    """
+)
+
+
+def named_dates(query: str) -> list[Period]:
+    """The dates ``query`` names (see :class:`Period`)."""
+    out = []
+    for m in _DATES.finditer(query):
+        if m.group("iso"):
+            iso_month, iso_day = int(m.group("im")), int(m.group("id"))
+            if 1 <= iso_month <= 12 and 1 <= iso_day <= 31:
+                out.append(Period(int(m.group("iy")), iso_month, iso_day))
+            continue
+        name = m.group("m1") or m.group("m2")
+        year = m.group("y1") or m.group("y2") or m.group("y3")
+        day = m.group("d1") or m.group("d2")
+        before = query[: m.start()].split()[-1:]
+        if name == "May" and not (year or day) and [w.lower() for w in before] not in _MAY_AFTER:
+            continue  # "May I ask": the verb
+        month = _MONTHS.index(name) + 1 if name else None
+        out.append(
+            Period(int(year) if year else None, month, int(day) if day and month and 1 <= int(day) <= 31 else None)
+        )
+    return out
+
+
+_MAY_AFTER = [[w] for w in ("in", "of", "since", "until", "during", "last", "early", "late", "mid", "by")]
 
 
 def separation(scores: Iterable[float]) -> float:
@@ -132,35 +216,95 @@ def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def turns_of(db: Database, query: str, candidates: list[int]) -> Turns | None:
-    """The context of those ``candidates`` that are conversation turns, or None when none is."""
+def turns_of(db: Database, query: str, candidates: list[int], filters: Filters | None = None) -> Turns | None:
+    """The context of those ``candidates`` that are conversation turns, or None when none is.
+    Neighbours that ``filters`` exclude play no part (the search is of what they let through)."""
     rows = fetch_rows(db, candidates, HitRow)
-    conversations = {(r.namespace, r.conversation) for r in rows.values() if r.conversation is not None and r.conversation}
-    if not conversations:
-        return None
     wanted = sorted(i for i, r in rows.items() if r.conversation)
-    turns = Turns(neighbours=_neighbours(db, conversations, wanted))
+    if not wanted:
+        return None
+    turns = Turns(neighbours=_neighbours(db, wanted))
     around = {j for js in turns.neighbours.values() for j in js}
     more = fetch_rows(db, sorted(around - set(rows)), HitRow)
-    turns.speaker = {i: r.speaker for i, r in {**rows, **more}.items() if r.speaker}
+    every = {**rows, **more}
+    turns.speaker = {i: r.speaker for i, r in every.items() if r.speaker}
     turns.named = named_speaker(query, turns.speaker.values())
+    turns.dates = named_dates(query)
+    if turns.dates:
+        turns.said_at = {i: r.event_at for i, r in every.items() if r.event_at is not None}
+    if filters is not None and not filters.empty:
+        turns.excluded = around - set(candidates) - set(_allowed(db, filters, sorted(around)))
     return turns
 
 
-def _neighbours(db: Database, conversations: set[tuple[str, str]], ids: list[int]) -> dict[int, tuple[int, ...]]:
-    """Turn -> the live turns right before and after it in its conversation (by event time, then
-    by when they were stored), for each of ``ids``."""
-    namespaces = sorted({ns for ns, _ in conversations})
-    names = sorted({c for _, c in conversations})
+def _neighbours(db: Database, ids: list[int]) -> dict[int, tuple[int, ...]]:
+    """Turn -> the live turns right before and after it in its conversation (by event time,
+    turns without one after those with one, then in the order they were stored), for each of
+    ``ids``: from the memory-resident index's columns when it serves, else through SQL."""
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None and {"namespace", "conversation", "event_at"} <= index.columns.present:
+            return _neighbours_held(index, ids)
+    return _neighbours_sql(db, ids)
+
+
+def _neighbours_held(index: hot.HotIndex, ids: list[int]) -> dict[int, tuple[int, ...]]:
+    cols = index.columns
+    namespace, conversation = cols.coded["namespace"].codes, cols.coded["conversation"].codes
+    none = cols.coded["conversation"].code(None)
+    at, found = index.rows_of(np.asarray(ids, dtype=np.int64))
+    out: dict[int, tuple[int, ...]] = {}
+    for chunk_id, row in zip(np.asarray(ids)[found].tolist(), at[found].tolist(), strict=True):
+        key = ("turn order", int(namespace[row]), int(conversation[row]))
+        if key[2] == none:
+            continue
+        order = cols.derived.get(key)
+        if order is None:
+            # A conversation's live turns in order, kept until a write changes the rows.
+            members = np.flatnonzero(index.live & (namespace == key[1]) & (conversation == key[2]))
+            said = cols.times["event_at"][members]
+            said = np.where(said == filter_mask.NULL_TIME, np.iinfo(np.int64).max, said)
+            ordered = index.ids[members[np.lexsort((index.ids[members], said))]]
+            order = cols.derived[key] = (ordered, {int(c): p for p, c in enumerate(ordered.tolist())})
+        ordered, position = order
+        p = position.get(chunk_id)
+        if p is None:
+            continue
+        out[chunk_id] = tuple(int(ordered[q]) for q in (p - 1, p + 1) if 0 <= q < len(ordered))
+    return out
+
+
+def _neighbours_sql(db: Database, ids: list[int]) -> dict[int, tuple[int, ...]]:
     found = db.fetchall(
         """
+        WITH wanted AS (
+            SELECT DISTINCT namespace, conversation FROM chunks
+            WHERE id IN (SELECT unnest(?::BIGINT[])) AND conversation IS NOT NULL
+        )
         SELECT id, prev, next FROM (
-            SELECT id, lag(id) OVER w AS prev, lead(id) OVER w AS next FROM chunks
-            WHERE deleted_at IS NULL AND namespace IN (SELECT unnest(?::VARCHAR[]))
-              AND conversation IN (SELECT unnest(?::VARCHAR[]))
-            WINDOW w AS (PARTITION BY namespace, conversation ORDER BY coalesce(event_at, created_at), seq)
+            SELECT c.id, lag(c.id) OVER w AS prev, lead(c.id) OVER w AS next
+            FROM chunks c JOIN wanted USING (namespace, conversation)
+            WHERE c.deleted_at IS NULL
+            WINDOW w AS (PARTITION BY c.namespace, c.conversation ORDER BY c.event_at NULLS LAST, c.id)
         ) WHERE id IN (SELECT unnest(?::BIGINT[]))
         """,
-        [namespaces, names, ids],
+        [ids, ids],
     )
     return {int(i): tuple(int(j) for j in (prev, nxt) if j is not None) for i, prev, nxt in found}
+
+
+def _allowed(db: Database, filters: Filters, ids: list[int]) -> list[int]:
+    """Those of ``ids`` that ``filters`` let through."""
+    with db.lock:
+        index = hot.serving(db)
+        if index is not None:
+            mask = index.allowed(db, filters)
+            return ids if mask is None else index.kept(mask, ids)
+    where, params = filters.sql()
+    return [
+        int(r[0])
+        for r in db.fetchall(
+            f"SELECT c.id FROM chunks c WHERE c.id IN (SELECT unnest(?::BIGINT[])) AND c.deleted_at IS NULL AND ({where})",
+            [ids, *params],
+        )
+    ]

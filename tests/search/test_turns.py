@@ -5,6 +5,7 @@ model, what a memory of turns must do that the fusion chosen for notes did not."
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from nbmemory import Memory
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.turns import (
     CONTEXT_SHARE,
+    DATE_GAIN,
     SPEAKER_GAIN,
     Turns,
     named_speaker,
@@ -109,7 +111,7 @@ def test_a_question_naming_a_speaker_ranks_that_speakers_words_first(fake_mem: M
         assert result.ids[0] == expected, name
         fusion = result.trace.stage("convex")
         assert fusion is not None and fusion.notes["turns"]["speaker"] == name
-        assert fusion.parts[expected]["speaker"] == SPEAKER_GAIN
+        assert fusion.parts[expected]["speaker and date"] == SPEAKER_GAIN
 
 
 def test_items_without_a_conversation_fuse_as_before(fake_mem: Memory) -> None:
@@ -172,3 +174,27 @@ def test_answerable_questions_of_a_memory_of_turns_are_not_flagged(locomo_memory
     # a misspelt word ("educaton") counted as a word the memory lacks. Left: two questions whose
     # rare word no turn holds ("Seuss", "fesetival": the turns say "parade").
     assert len(flagged) <= 0.02 * len(locomo_memory.questions), flagged  # type: ignore[attr-defined]
+
+
+def test_the_dates_a_question_names_are_read_as_precisely_as_said() -> None:
+    from nbmemory.search.turns import Period, named_dates
+
+    assert named_dates("When did Melanie go camping in June?") == [Period(None, 6, None)]
+    assert named_dates("What did she paint in July 2023?") == [Period(2023, 7, None)]
+    assert named_dates("on October 13, 2023") == named_dates("on 13 October, 2023") == [Period(2023, 10, 13)]
+    assert named_dates("the 2023-10-13 meeting") == [Period(2023, 10, 13)]
+    assert named_dates("May I ask what happened?") == []  # the verb
+    assert named_dates("what happened in May") == [Period(None, 5, None)]
+    assert Period(None, 6, None).holds(datetime(2024, 6, 30)) and not Period(2023, 6, None).holds(datetime(2024, 6, 3))
+
+
+def test_a_question_naming_a_month_favours_the_turns_said_then(fake_mem: Memory) -> None:
+    ids = store(fake_mem)
+    # The April turn about booking the trip holds "trip" and leads; the August session is when
+    # Ada told of her mornings there, and naming August puts that turn first.
+    plain = fake_mem.search("what did Ada have every morning on her trip", k=5, namespace="chat")
+    dated = fake_mem.search("what did Ada have every morning on her trip in August", k=5, namespace="chat")
+    assert plain.ids[0] == ids["2:10"] and dated.ids[0] == ids["3:3"]
+    fusion = dated.trace.stage("convex")
+    assert fusion is not None and fusion.notes["turns"]["dates"]
+    assert fusion.parts[ids["3:3"]]["speaker and date"] == pytest.approx(SPEAKER_GAIN + DATE_GAIN)
