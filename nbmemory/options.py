@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbmemory.errors import NbMemoryError
 from nbmemory.search.filters import KINDS
+from nbmemory.search.turns import CONTEXT_SHARE, SPEAKER_GAIN
 
 if TYPE_CHECKING:
     import argparse
@@ -213,10 +214,17 @@ def score_scale(result: SearchResult) -> str:
     later = any(stage.parts for stage in stages[stages.index(fusion) + 1 :])
     then = "; then changed by " + ", ".join(s.name for s in stages if s.parts and s is not fusion) if later else ""
     if fusion.name == "convex":
+        turns = ""
+        if "turns" in fusion.notes:
+            turns = (
+                f"; a conversation turn's keyword share also gains {CONTEXT_SHARE:g} x its best "
+                f"neighbour's, and a turn by the speaker, or said on the date, the question names "
+                f"gains {SPEAKER_GAIN:g} for each"
+            )
         return (
             f"score = {weights.get('vector', 0.8):g} x cosine (the best passage's when higher) + "
             f"{weights.get('bm25', 0.2):g} x keyword share (the query's keywords an item holds, "
-            f"weighted by rarity: above 1 when a short item repeats them){then}"
+            f"weighted by rarity: above 1 when a short item repeats them){turns}{then}"
         )
     return f"score = sum over the retrievers of weight / ({fusion.notes.get('k', 60)} + rank){then}"
 

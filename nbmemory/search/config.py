@@ -10,6 +10,7 @@ from nbmemory.errors import ConfigError
 
 RETRIEVERS = ("bm25", "vector")
 FUSIONS = ("convex", "rrf")
+EQUAL_WEIGHTS = {"bm25": 1.0, "vector": 1.0}
 
 
 @dataclass
@@ -59,7 +60,9 @@ class PipelineConfig:
     rrf_k:
         RRF constant.
     weights:
-        Per-retriever RRF weights when ``adaptive`` is off.
+        Per-retriever RRF weights, for ``fusion="rrf"`` with ``adaptive`` off; other weights
+        with any other fusion are refused (they would change nothing): the convex fusion's
+        weight is ``vector_weight``.
     adaptive:
         Per-query weights from the lexical evidence (:mod:`nbmemory.search.adaptive`).
     adaptive_strength:
@@ -104,7 +107,7 @@ class PipelineConfig:
     turns: bool = True
     symbols: bool = True
     rrf_k: int = 60
-    weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "vector": 1.0})
+    weights: dict[str, float] = field(default_factory=lambda: dict(EQUAL_WEIGHTS))
     adaptive: bool = True
     adaptive_strength: float = 0.8
     reranker: str | None = None
@@ -147,6 +150,17 @@ class PipelineConfig:
             raise ConfigError(f"vector_weight must be between 0 and 1, got {self.vector_weight}")
         if not 0.0 <= self.mmr_lambda <= 1.0:
             raise ConfigError(f"mmr_lambda must be between 0 and 1, got {self.mmr_lambda}")
+        if self.weights != EQUAL_WEIGHTS and (self.fusion != "rrf" or self.adaptive) and len(self.retrievers) > 1:
+            # A setting that changes nothing must not look as if it did.
+            raise ConfigError(
+                f"weights {self.weights} are the RRF weights of fusion='rrf' with adaptive=False; with "
+                f"fusion={self.fusion!r}{' and adaptive on' if self.adaptive else ''} they would change nothing. "
+                "For the default convex fusion set vector_weight (the vector side's share, 0 to 1); for "
+                "weighted RRF pass fusion='rrf', adaptive=False"
+            )
+        for name, w in self.weights.items():
+            if w < 0:
+                raise ConfigError(f"weight for {name!r} must be >= 0, got {w}")
 
     @classmethod
     def plain(cls, retrievers: tuple[str, ...] = RETRIEVERS, **changes: Any) -> PipelineConfig:

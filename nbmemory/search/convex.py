@@ -230,16 +230,20 @@ class ConvexFusion:
             context: dict[int, float] = {}
             gain: dict[int, float] = {}
             alpha_of: dict[int, float] = {}
+            shown = weights
             if turns is not None:
                 sides, weights, context, gain, alpha_of = self._turns(turns, lexical, cosine, alpha, candidates)
+                turn_alpha = next(iter(alpha_of.values()), alpha)
+                # What a turn was fused with (each side's scores arrive weighted).
+                shown = {"bm25": 1.0 - turn_alpha, "vector": turn_alpha}
                 stage.notes["turns"] = {
                     "turns": len(alpha_of),
-                    "vector_weight": round(next(iter(alpha_of.values()), alpha), 3),
+                    "vector_weight": round(turn_alpha, 3),
                     "speaker": turns.named,
                     "dates": [str(p) for p in turns.dates],
                 }
             fused = convex(sides, weights)[:pool_size]
-            stage.notes.update(weights={n: round(w, 3) for n, w in weights.items()}, why=why)
+            stage.notes.update(weights={n: round(w, 3) for n, w in shown.items()}, why=why)
             if filled:
                 stage.notes["bm25_filled"] = filled
             if rescored is not None:

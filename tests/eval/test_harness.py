@@ -146,7 +146,7 @@ def test_named_configs() -> None:
     assert configs["default"] == PipelineConfig()
     with pytest.raises(ConfigError, match="unknown configuration 'bm52'"):
         resolve_configs("bm52")
-    custom = resolve_configs({"heavy": PipelineConfig(weights={"bm25": 1.0, "vector": 0.2})})
+    custom = resolve_configs({"heavy": PipelineConfig(fusion="rrf", adaptive=False, weights={"bm25": 1.0, "vector": 0.2})})
     assert list(custom) == ["heavy"]
 
 
@@ -157,6 +157,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
         "default-adaptive",
         "default-passages",
         "default-literal",
+        "default-turns",
         "default-fill_bm25",
         "default-symbols",
         "default-supersede",
