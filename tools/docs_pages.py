@@ -391,6 +391,43 @@ def notes_section(pages: dict[str, str | bytes]) -> str:
     return "".join(out)
 
 
+def conversations_section() -> str:
+    data = _load("conversations.json")
+    columns = ["recall_any@1", "recall_any@5", "recall_any@10", "recall_all@5", "mrr@10",
+               "answerable_flagged", "cat5_flagged", "p50_ms", "p95_ms"]  # fmt: skip
+    out = [
+        "## Agent memory: conversations\n\n",
+        f"`bench/results/conversations.json`, made by `{data['command'].strip()}` on {data['date']} "
+        f"(load {data['load'][0]}-{data['load'][1]}): {data['turns']} turns of {data['data']} stored one item "
+        f"per turn, {data['answerable']} answerable questions (categories 1-4) and {data['adversarial']} "
+        "adversarial ones (category 5), each searched in its conversation's namespace, k = 10; latency is the "
+        "search work with the query vector made beforehand. The reading is in "
+        "[Agent memory: conversations](../evaluation/conversations.md).\n\n",
+        "| config | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns) + "\n",
+    ]
+    for row in data["rows"]:
+        out.append(f"| {row['config']} | " + " | ".join(str(row.get(c, "")) for c in columns) + " |\n")
+    parts = data.get("by_part", {})
+    if parts:
+        names = ", ".join(data.get("chosen_on", []))
+        out.append(
+            f"\nThe turns stage's constants were chosen on {names}; the other conversations are held out "
+            "(MRR@10 / recall_any@5 / recall_any@10 / answerable flagged):\n\n"
+            "| part | questions | " + " | ".join(r["config"] for r in data["rows"]) + " |\n"
+            + "|---|---|" + "---|" * len(data["rows"]) + "\n"
+        )
+        for part, rows in parts.items():
+            cells = [f"{r['mrr@10']} / {r['recall_any@5']} / {r['recall_any@10']} / {r['answerable_flagged']}" for r in rows]
+            out.append(f"| {part} | {rows[0]['questions']} | " + " | ".join(cells) + " |\n")
+    per = data.get("by_conversation", {})
+    if per:
+        out.append("\nMRR@10 by conversation:\n\n| conversation | questions | " + " | ".join(r["config"] for r in data["rows"]) + " |\n")
+        out.append("|---|---|" + "---|" * len(data["rows"]) + "\n")
+        for cid, rows in per.items():
+            out.append(f"| {cid} | {rows[0]['questions']} | " + " | ".join(str(r["mrr@10"]) for r in rows) + " |\n")
+    return "".join(out)
+
+
 def beir_section() -> str:
     data = _load("beir-side-by-side.json")
     out = [
@@ -415,6 +452,7 @@ def results_page(pages: dict[str, str | bytes]) -> str:
         lambda: search_section(pages),
         shapes_section,
         lambda: notes_section(pages),
+        conversations_section,
         beir_section,
         lambda: index_section(pages),
         live_section,
