@@ -8,11 +8,14 @@ chunks of kind ``notebook-output`` with the same cell id and index.  Images, HTM
 widget outputs are skipped; raw cells and empty cells produce nothing.
 
 What nbmemory wrote itself is left out (:mod:`nbmemory.own_output`): a code cell that calls one
-of its magics, with its outputs, and any output nbmemory rendered (marked in its metadata).
+of its magics (alone or assigned), with its outputs; the lines loading the extension; any output
+nbmemory rendered (marked in its metadata) and the printed text of its objects; a cell that only
+shows one of them.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -23,7 +26,7 @@ from nbmemory.errors import BadFileError
 from nbmemory.ingest.markdown import SEP, markdown_pieces, scan_markdown
 from nbmemory.ingest.text import Piece, clean_lines, span_pieces
 from nbmemory.ingest.types import ChunkDraft
-from nbmemory.own_output import calls_magic, is_rendered
+from nbmemory.own_output import calls_magic, is_rendered, without_printed, without_setup
 
 __all__ = ["MAX_OUTPUT_CHARS", "OUTPUT_MARKER", "chunk_notebook"]
 
@@ -102,26 +105,34 @@ def _bundle_text(bundle: Mapping[str, Any], path: str, where: str) -> str:
     return plain
 
 
-def _output_text(out: object, path: str, where: str) -> str:
-    """Return the searchable text of one output (empty when it has none)."""
+def _printed(text: str) -> tuple[str, bool]:
+    """A printed text without nbmemory's objects in it, and whether that left nothing of it."""
+    raw = _clean_output(text)
+    kept = _clean_output(without_printed(_ANSI.sub("", text)))
+    return kept, bool(raw) and not kept
+
+
+def _output_text(out: object, path: str, where: str) -> tuple[str, bool]:
+    """The searchable text of one output (empty when it has none), and whether the output was
+    nbmemory's own (a table of hits, a result shown or printed: left out)."""
     if not isinstance(out, dict):
         raise BadFileError(path, f"{where} is a {_type_name(out)}, expected an object")
     kind = out.get("output_type")
     if kind == "stream":
-        return _clean_output(_multiline(out.get("text"), path, f"{where} text"))
+        return _printed(_multiline(out.get("text"), path, f"{where} text"))
     if kind in ("execute_result", "display_data", "update_display_data", "pyout"):
         if is_rendered(out.get("metadata")):
-            return ""  # a table of hits, a context block: nbmemory's own output
+            return "", True  # a table of hits, a context block: nbmemory's own output
         data = out.get("data")
         if data is None:
             # nbformat 3 keeps the mime bundle in the output itself, under short keys.
             data = {_V3_MIME.get(k, k): v for k, v in out.items() if k not in _V3_META}
         if not isinstance(data, dict):
             raise BadFileError(path, f"{where} data is a {_type_name(data)}, expected an object")
-        return _clean_output(_bundle_text(data, path, where))
+        return _printed(_bundle_text(data, path, where))
     if kind in ("error", "pyerr"):
-        return _error_text(out, path, where)
-    return ""
+        return _error_text(out, path, where), False
+    return "", False
 
 
 def _error_text(out: Mapping[str, Any], path: str, where: str) -> str:
@@ -210,12 +221,26 @@ def _normalize_cells(raw: Sequence[Any], path: str) -> list[tuple[int, str, str,
     return cells
 
 
-def _outputs(cell: Mapping[str, Any], index: int, path: str) -> list[str]:
+def _outputs(cell: Mapping[str, Any], index: int, path: str) -> tuple[list[str], bool]:
+    """The texts of a cell's outputs, and whether any output was nbmemory's own."""
     outputs = cell.get("outputs", [])
     if not isinstance(outputs, list):
         raise BadFileError(path, f'cell {index} "outputs" is a {_type_name(outputs)}, expected a list')
     texts = [_output_text(o, path, f"cell {index} output {k}") for k, o in enumerate(outputs)]
-    return [t for t in texts if t]
+    return [t for t, _ in texts if t], any(own for _, own in texts)
+
+
+# What a cell that only shows a value is made of: ``hits``, ``result[0]``, ``mem.last``.
+_SHOWING = (ast.Module, ast.Expr, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Slice, ast.Load)
+
+
+def _only_shows(source: str) -> bool:
+    """Whether a code cell is one expression that names a value (no call, no assignment)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return len(tree.body) == 1 and all(isinstance(node, _SHOWING) for node in ast.walk(tree))
 
 
 def chunk_notebook(path: str, text: str, max_chars: int) -> list[ChunkDraft]:
@@ -274,6 +299,16 @@ def chunk_notebook(path: str, text: str, max_chars: int) -> list[ChunkDraft]:
             )
 
     for index, kind, source, cell_id in cells:
+        if kind == "code":
+            if calls_magic(source):
+                continue  # a %memsearch cell and what it printed: the memory must not feed on itself
+            code = without_setup(source)
+            if not code.strip():
+                continue  # %load_ext nbmemory, and what loading it printed
+            outputs, own = _outputs(raw[index], index, path)
+            if own and not outputs and _only_shows(code):
+                continue  # `hits` alone: a cell that shows what nbmemory returned
+            source = code
         lines = clean_lines(source.replace("\r\n", "\n"))
         if not any(lines):
             continue
@@ -290,9 +325,6 @@ def chunk_notebook(path: str, text: str, max_chars: int) -> list[ChunkDraft]:
             if marks:
                 nearest = marks[-1].text
             continue
-        if calls_magic(source):
-            continue  # a %memsearch cell and what it printed: the memory must not feed on itself
-        outputs = _outputs(raw[index], index, path)
         heading = heading_for(nearest)
         code = "\n".join(lines).strip("\n")
         combined = "\n".join([code, OUTPUT_MARKER, *outputs]) if outputs else code

@@ -13,9 +13,10 @@ from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
 from nbmemory import Memory
+from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest.notebook import chunk_notebook
 from nbmemory.jupyter.magics import MemoryMagics
-from nbmemory.own_output import MAGICS, calls_magic
+from nbmemory.own_output import MAGICS, calls_magic, without_printed, without_setup
 
 NOTE = "# Undo the last commit\n\n`git reset --soft HEAD~1` undoes the last commit and keeps its changes staged.\n"
 
@@ -58,6 +59,10 @@ def test_the_list_of_magics_is_the_magics_registered() -> None:
         "get_ipython().run_line_magic('memsearch', 'kafka lag')",
         'get_ipython().run_cell_magic("remember", "", "a fact")',
         "%memory",
+        "hits = %memsearch blorptangle frobnicator escalation",
+        "_m = %memory",
+        "a, b.c[0] = %memsearch -k 3 kafka",
+        "if True:\n    mem = %memory",
     ],
 )
 def test_a_cell_calling_a_magic_is_recognised(source: str) -> None:
@@ -73,6 +78,9 @@ def test_a_cell_calling_a_magic_is_recognised(source: str) -> None:
         "print('%memsearch in a string')",
         "# remember to rerun this\nx = 2",
         "%load_ext nbmemory",
+        "x = '%memsearch in a string'",
+        "x == %memsearch",
+        "memo = %memorize",
     ],
 )
 def test_other_cells_are_not(source: str) -> None:
@@ -170,3 +178,157 @@ def test_chunking_leaves_out_marked_outputs_of_any_cell() -> None:
     chunks = chunk_notebook("x.ipynb", nbformat.writes(nb), 4000)
     assert len(chunks) == 1
     assert "an ordinary table" in chunks[0].text and "kafka lag" not in chunks[0].text
+
+
+def test_the_lines_loading_the_extension_go_and_the_rest_of_the_cell_stays() -> None:
+    assert without_setup("%load_ext nbmemory") == ""
+    assert without_setup("%reload_ext nbmemory  # again\n") == ""
+    assert without_setup("get_ipython().run_line_magic('load_ext', 'nbmemory')") == ""
+    assert without_setup("%load_ext nbmemory\n%config MemoryMagics.top_k = 20\nimport pandas as pd\n") == (
+        "import pandas as pd\n"
+    )
+    assert without_setup("%load_ext autoreload\n%config InlineBackend.figure_format = 'svg'") == (
+        "%load_ext autoreload\n%config InlineBackend.figure_format = 'svg'"
+    )
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "%load_ext nbmemory",
+            outputs=[
+                nbformat.v4.new_output(
+                    "stream", name="stdout", text="The nbmemory extension is already loaded."
+                )
+            ],
+        ),
+        nbformat.v4.new_code_cell("%load_ext nbmemory\nimport pandas as pd"),
+    ]
+    chunks = chunk_notebook("x.ipynb", nbformat.writes(nb), 4000)
+    assert [(c.cell_index, c.text) for c in chunks] == [(1, "import pandas as pd")]
+
+
+def test_the_printed_text_of_nbmemorys_objects_is_recognised(
+    ip: InteractiveShell, fake_mem: Memory, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "git-undo.md").write_text(NOTE)
+    (notes / "vpn.md").write_text("# VPN\n\nDeploys need the VPN on.\n")
+    fake_mem.index(notes)
+    # What print() writes for each, from the objects themselves.
+    shown = [
+        ip.run_line_magic("memsearch", "undo the last commit"),
+        ip.run_line_magic("memsearch", "undo the last commit --explain"),
+        ip.run_line_magic("memsearch", "zzzz qqqq"),
+    ]
+    result = fake_mem.search("undo commit", k=3)
+    printed = [repr(s) for s in shown] + [
+        repr(result),
+        repr(result.hits),
+        repr(result[0]),
+        result.explain(),
+        repr(fake_mem.get(result.ids[0])),
+        repr(fake_mem),
+        str(fake_mem),
+    ]
+    for text in printed:
+        assert without_printed(text) == "", text
+        # Whatever the cell printed around it stays.
+        assert (
+            without_printed(f"loaded 3 partitions\n{text}\ndone: 12 rows")
+            == "loaded 3 partitions\ndone: 12 rows"
+        )
+    for ordinary in (
+        "  1. first step\n  2. second step",
+        "Results for 'q'\n[0.5, 0.25]",
+        "query: select 1",
+        "(12 rows)",
+    ):
+        assert without_printed(ordinary) == ordinary
+
+
+KERNEL = "nbmemory-test"
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A kernelspec for this venv's Python, installed in ``tmp_path`` with every Jupyter and IPython
+    folder there: nothing is written to ~."""
+    from ipykernel import kernelspec
+
+    prefix = tmp_path / "jupyter"
+    kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
+    for name, folder in {
+        "JUPYTER_PATH": prefix / "share" / "jupyter",
+        "JUPYTER_DATA_DIR": tmp_path / "jupyter-data",
+        "JUPYTER_RUNTIME_DIR": tmp_path / "jupyter-runtime",
+        "JUPYTER_CONFIG_DIR": tmp_path / "jupyter-config",
+        "IPYTHONDIR": tmp_path / "ipython",
+    }.items():
+        monkeypatch.setenv(name, str(folder))
+    return KERNEL
+
+
+@pytest.mark.integration
+def test_a_notebook_run_in_a_kernel_does_not_feed_the_memory_its_own_cells(
+    tmp_path: Path, kernel: str
+) -> None:
+    from nbclient import NotebookClient
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "escalation.md").write_text(
+        "# Escalation\n\nA blorptangle frobnicator escalation goes to the on-call lead first.\n"
+    )
+    db = tmp_path / "m.duckdb"
+    with Memory(db, embedder=FakeEmbedder(dim=32)) as mem:
+        mem.index(notes)
+
+    setup = (
+        "from nbmemory import Memory\nfrom nbmemory.embed import FakeEmbedder\n"
+        f"get_ipython().magics_manager.registry['MemoryMagics'].memory = Memory({str(db)!r}, "
+        "embedder=FakeEmbedder(dim=32))"
+    )
+    ordinary = "# the blorptangle calibration\nblorptangle_ratio = 0.3\nprint('blorptangle ratio', blorptangle_ratio)"
+    # The issue's steps as a user types them, and the other ways a result reaches a cell.
+    cells = ["%load_ext nbmemory", setup, "hits = %memsearch blorptangle frobnicator escalation", "hits"]
+    cells += ["_m = %memory", "_m", "print(hits)", "result = _m.search(hits.result.query)", "print(result)"]
+    cells += ["result[0]", "print(result.hits)", "print(result.explain())", "_m.get(result.ids[0])", ordinary]
+    # Cells that are nbmemory's through and through; and cells of code that show its output.
+    whole = {"%load_ext nbmemory", "hits = %memsearch blorptangle frobnicator escalation", "hits"}
+    whole |= {"_m = %memory", "_m", "result[0]"}
+    showing = set(cells) - whole - {setup, ordinary}
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    NotebookClient(
+        nb, kernel_name=kernel, timeout=300, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    shown = {c.source: c.outputs for c in nb.cells}
+    assert "blorptangle frobnicator escalation" in str(shown["hits"]), "the search found the note"
+    assert "blorptangle frobnicator escalation" in str(shown["print(result)"])
+    assert "nbmemory.memory.Memory" in str(shown["_m"])
+    path = notes / "analysis.ipynb"
+    nbformat.write(nb, path)  # Ctrl+S
+
+    with Memory(db, embedder=FakeEmbedder(dim=32)) as mem:
+        report = mem.index(notes)
+        assert report.files_changed == 1 and not report.skipped
+        indexed = {
+            int(cell): str(text)
+            for cell, text in mem.db.fetchall(
+                "SELECT cell_index, text FROM chunks WHERE source = ? AND deleted_at IS NULL", [str(path)]
+            )
+        }
+        cell_of = {c.source: i for i, c in enumerate(nb.cells)}
+        # A cell that is nbmemory's own through and through is not indexed at all ...
+        left_out = {cell_of[source] for source in whole}
+        assert not left_out & set(indexed), {i: indexed[i] for i in left_out & set(indexed)}
+        # ... and of one that showed nbmemory's output, only the code is.
+        for source in showing:
+            assert indexed[cell_of[source]] == source
+        assert "frobnicator" not in "\n".join(indexed.values())
+        hits = mem.search("blorptangle frobnicator", k=10)
+        found = [(h.source, h.cell_index) for h in hits]
+        assert found[0] == (str(notes / "escalation.md"), None)
+        assert (str(path), cell_of[ordinary]) in found  # the ordinary cell that mentions blorptangle
+        assert not {cell for source, cell in found if source == str(path)} & left_out
