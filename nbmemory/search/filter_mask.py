@@ -184,6 +184,11 @@ def _tag_set(text: str | None) -> frozenset[Any] | None:
     return None if text is None else frozenset(json.loads(text))
 
 
+def micros(value: datetime) -> int:
+    """A naive UTC time as the columns hold it: microseconds since 1970."""
+    return (value - _EPOCH) // _MICROSECOND
+
+
 def _micros(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if not pa.types.is_timestamp(column.type) or column.type.unit != "us" or column.type.tz is not None:
         raise TypeError(f"a filter column of type {column.type} (expected TIMESTAMP)")
@@ -277,7 +282,7 @@ def _time_rule(op: str, event: bool) -> _Rule:
         if event:
             held = cols.times["event_at"]
             when = np.where(held != NULL_TIME, held, when)
-        at = (value - _EPOCH) // _MICROSECOND
+        at = micros(value)
         kept = when >= at if op == ">=" else when <= at
         return kept & (when != NULL_TIME)  # a NULL time compares to nothing
 
