@@ -4,7 +4,9 @@ Two sources feed one :class:`ChangeQueue`: :func:`watch` (a file watcher, ``watc
 ``nbmemory watch``) and the Jupyter server extension (the contents manager's save, rename and
 delete events). The queue waits for a short quiet period (a burst keeps extending it, up to a
 maximum), drops what is never indexed (:mod:`nbmemory.ingest.exclude`, files outside the roots,
-the memory's own files), then hands the batch to the incremental ``index`` operation in slices:
+the memory's own files; ignore files are read again at every batch, so a rule added later holds
+from the next change on, and a change to one indexes its folder again, which removes what it now
+ignores), then hands the batch to the incremental ``index`` operation in slices:
 unchanged files cost a ``stat`` (a touched one also a hash) and never an embedding, a deleted
 or renamed file's chunks go when its folder is indexed again, and a file that fails is reported
 and retried once without holding up the others.
@@ -174,7 +176,8 @@ class ChangeQueue:
             added = False
             for raw, deleted in changes:
                 path = _absolute(raw)
-                if exclude.skip_file(os.path.basename(path)) or self._is_own(path):
+                skipped = exclude.skip_file(os.path.basename(path)) and not exclude.is_ignore_file(path)
+                if skipped or self._is_own(path):
                     continue  # editor temp files and the memory's own writes never wake it
                 self._retried.discard(path)  # a new save earns a new retry
                 self._pending[path] = deleted
@@ -310,6 +313,9 @@ class ChangeQueue:
         self._publish()
         if self.fixed_roots is None:
             self._roots = [Root(r["path"], r["namespace"]) for r in mem.roots()]
+        # Read again at every batch: a rule written since the last one (heard or not: the
+        # server hears only what is saved through Jupyter) holds for this batch's changes.
+        self._ignored = {}
         result = Batch(changes=len(batch) + (len(self._roots) if scan else 0))
         targets: dict[str, set[str]] = {}
         if scan:
@@ -386,9 +392,13 @@ class ChangeQueue:
         again removes the chunks of its files that are gone); None to ignore the change."""
         ignored = self._ignored.setdefault(root.path, exclude.Ignored(root.path))
         name = os.path.basename(path)
-        if name == ".gitignore":
-            ignored.forget(os.path.dirname(path))
-            return os.path.dirname(path)  # what it ignores, or no longer ignores, changed
+        if exclude.is_ignore_file(path):
+            # What it ignores, or no longer ignores, changed: index its folder again (which
+            # removes the files it now ignores), unless the folder itself is never indexed.
+            folder = os.path.dirname(path)
+            if not os.path.isdir(folder):
+                return self._target(folder, True, root)  # gone with its folder
+            return folder if exclude.excluded(folder, root.path, ignored) is None else None
         if self._is_own(path) or exclude.excluded(path, root.path, ignored) is not None:
             return None
         if not deleted and os.path.isdir(path):
@@ -442,9 +452,14 @@ def watch(
     roots = sorted((_absolute(f) for f in folders), key=len, reverse=True)
 
     def keep(change: watchfiles.Change, path: str) -> bool:
-        # Cheap checks by name only; the queue applies .gitignore and the roots.
+        # Cheap checks by name only; the queue applies .gitignore and the roots. An ignore file
+        # is never indexed, but what it says is: its change is heard.
         root = next((r for r in roots if _inside(path, r)), None)
-        return root is not None and exclude.excluded(path, root) is None
+        if root is None:
+            return False
+        if exclude.is_ignore_file(path):
+            path = os.path.dirname(path)
+        return exclude.excluded(path, root) is None
 
     for changes in watchfiles.watch(
         *roots,

@@ -248,6 +248,60 @@ def test_bad_input_is_reported_by_name_and_nothing_stored_is_lost(
     assert sources(memory, "Lag") == {str(notes / "sub" / "kafka.md")}
 
 
+def test_a_rule_added_later_holds_while_the_watcher_runs(
+    memory: Memory, notes: Path, watching: ChangeQueue
+) -> None:
+    # The watcher has read the folder's (missing) .gitignore: a change under it was indexed.
+    (notes / "warm.md").write_text("# Warm\n\nwarmupword\n")
+    eventually(lambda: sources(memory, "warmupword"), what="the first change is indexed")
+    (notes / "evalnb").mkdir()
+    (notes / "evalnb" / "before.md").write_text("# Before\n\nbeforeruleword\n")
+    eventually(lambda: sources(memory, "beforeruleword"), what="a file indexed before the rule")
+
+    (notes / ".gitignore").write_text("evalnb/\n")  # echo evalnb/ > .gitignore
+    # What the rule now ignores goes: the rule's change indexes its folder again.
+    eventually(lambda: not sources(memory, "beforeruleword"), what="the now-ignored file is removed")
+    note = notes / "evalnb" / "x.md"
+    for save in range(3):  # written, then autosaved twice
+        note.write_text(f"# X\n\nignoredlaterword, save {save}\n")
+        (notes / "sentinel.md").write_text(f"# Sentinel\n\nsentinelword{save}\n")
+        eventually(lambda s=save: sources(memory, f"sentinelword{s}"), what="the sentinel is found")
+        assert watching.wait_idle(DEADLINE)
+        assert sources(memory, "ignoredlaterword") == set()
+
+
+def test_a_rule_written_unheard_holds_for_the_next_change(memory: Memory, notes: Path) -> None:
+    # The Jupyter server hears only what is saved through it, not `echo evalnb/ > .gitignore`.
+    with ChangeQueue(memory, quiet=0.05) as queue:
+        (notes / "warm.md").write_text("# Warm\n\nwarmupword\n")
+        queue.put(notes / "warm.md")
+        assert queue.wait_idle(DEADLINE) and sources(memory, "warmupword")
+        (notes / ".gitignore").write_text("evalnb/\n")
+        (notes / "evalnb").mkdir()
+        (notes / "evalnb" / "x.md").write_text("# X\n\nignoredlaterword\n")
+        queue.put(notes / "evalnb" / "x.md")
+        assert queue.wait_idle(DEADLINE) and queue.batches == 2
+        assert sources(memory, "ignoredlaterword") == set()
+
+
+def test_an_index_of_a_folder_removes_what_a_rule_added_later_ignores(memory: Memory, notes: Path) -> None:
+    (notes / "evalnb").mkdir()
+    (notes / "evalnb" / "x.md").write_text("# X\n\nignoredlaterword\n")
+    (notes / "draft.tmp.md").write_text("# Draft\n\nignoredlaterword in a draft\n")
+    memory.index(notes)
+    assert len(sources(memory, "ignoredlaterword")) == 2
+    (notes / ".gitignore").write_text("evalnb/\n*.tmp.md\n")
+    report = memory.index(notes)
+    assert (report.files_removed, report.files_unchanged) == (2, 2)
+    assert "2 removed" in report.summary()
+    assert sources(memory, "ignoredlaterword") == set()
+    assert sources(memory, "VPN") == {str(notes / "vpn.md")}
+    # A file named on its own is indexed as asked; its folder's index keeps to the rules.
+    memory.index(notes / "evalnb" / "x.md")
+    assert sources(memory, "ignoredlaterword") == {str(notes / "evalnb" / "x.md")}
+    assert memory.index(notes).files_removed == 1
+
+
 def test_exclude_reads_gitignore_as_git_does(tmp_path: Path) -> None:
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / ".gitignore").write_text("*.tmp.md\n/top.md\nbuild/\n!keep.tmp.md\n")

@@ -3,6 +3,8 @@ names, editor temp files and what the folder's ``.gitignore`` files ignore.
 
 One set of rules for :func:`nbmemory.ingest.indexer.walk` (an ``index`` run) and for the live
 indexer's change events (:mod:`nbmemory.live`), so a file skipped by one is skipped by the other.
+An ignore file (:data:`IGNORE_FILES`) is never indexed, but a change to one is heard: what it
+ignores may have changed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ SKIP_DIRS = frozenset(
 )
 # Editors write these beside the file they save (vim swap files, emacs backups and locks).
 TEMP_FILES = ("*.swp", "*.swo", "*.swx", "*~", ".#*", "*.tmp", "#*#")
+#: The files whose patterns say what is not indexed below their folder (git's syntax).
+IGNORE_FILES = frozenset({".gitignore"})
 
 
 def skip_dir(parent: str | os.PathLike[str], name: str) -> bool:
@@ -33,6 +37,12 @@ def skip_file(name: str) -> bool:
     return name.startswith(".") or any(fnmatch.fnmatchcase(name, p) for p in TEMP_FILES)
 
 
+def is_ignore_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an ignore file (:data:`IGNORE_FILES`): a change to it changes what its
+    folder's index holds."""
+    return os.path.basename(path) in IGNORE_FILES
+
+
 def gitignore(folder: str | os.PathLike[str]) -> pathspec.PathSpec | None:
     """The patterns of ``folder/.gitignore`` (git's own syntax), or None without one."""
     try:
@@ -45,7 +55,10 @@ def gitignore(folder: str | os.PathLike[str]) -> pathspec.PathSpec | None:
 
 class Ignored:
     """The ``.gitignore`` files met from a root down to a folder, each matching below its own
-    folder, as git reads them (a nested file's patterns are relative to where it lies)."""
+    folder, as git reads them (a nested file's patterns are relative to where it lies).
+
+    Each file is read once, when first needed: make a new one to see files written since.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = str(root)
@@ -55,10 +68,6 @@ class Ignored:
         if folder not in self._specs:
             self._specs[folder] = gitignore(folder)
         return self._specs[folder]
-
-    def forget(self, folder: str) -> None:
-        """Read ``folder/.gitignore`` again next time (it was written)."""
-        self._specs.pop(folder, None)
 
     def matches(self, path: str, is_dir: bool = False) -> bool:
         """Whether a ``.gitignore`` between the root and ``path`` ignores it."""

@@ -1,7 +1,8 @@
 """Index folders and files into the store: incremental, redacted, batched, crash-consistent.
 
 A file is re-read only when its mtime or size changed, and re-chunked only when its content
-hash changed. Chunks whose text is unchanged keep their row (id, counters, forgotten state) and
+hash changed. An indexed folder holds what a walk of it indexes: the items of its files that are
+gone, or are now excluded (a ``.gitignore`` rule added since), are removed. Chunks whose text is unchanged keep their row (id, counters, forgotten state) and
 their vector; only new text is embedded. Each batch of files is one transaction, so a killed
 process leaves every earlier batch intact and none of the batch in flight.
 """
@@ -503,16 +504,21 @@ class Indexer:
         report: IndexReport,
         unreadable: Sequence[str] = (),
     ) -> None:
-        prefixes = [str(r) + os.sep for r in roots if r.is_dir()]
-        # A file in a folder that could not be listed is not known to be gone: keep its chunks.
-        gone_docs = [
-            doc_id
-            for path, (doc_id, *_rest) in known.items()
-            if path not in seen
-            and any(path.startswith(p) for p in prefixes)
-            and not any(path.startswith(u) for u in unreadable)
-            and not os.path.exists(path)
-        ]
+        folders = [(str(r), str(r) + os.sep, exclude.Ignored(r)) for r in roots if r.is_dir()]
+
+        def gone(path: str) -> bool:
+            # Deleted, or now excluded (a .gitignore rule added since it was indexed): the
+            # folder holds what a walk of it indexes. A file in a folder that could not be
+            # listed is not known to be gone: its chunks are kept.
+            if path in seen or any(path.startswith(u) for u in unreadable):
+                return False
+            return any(
+                path.startswith(prefix)
+                and (not os.path.exists(path) or exclude.excluded(path, root, ignored))
+                for root, prefix, ignored in folders
+            )
+
+        gone_docs = [doc_id for path, (doc_id, *_rest) in known.items() if gone(path)]
         if not gone_docs:
             return
         with self.db.transaction():
