@@ -1,7 +1,9 @@
-"""The retriever role: a query in, a ranking of stored items out.
+"""The two roles of a search: the retriever (a query in, a ranking of stored items out) and
+fusion (the retrievers' rankings in, one ranking out).
 
 :class:`BM25Retriever` (:mod:`nbmemory.search.bm25`) and :class:`VectorRetriever`
-(:mod:`nbmemory.search.vector`) fill it; the pipeline fuses what they return.
+(:mod:`nbmemory.search.vector`) fill the first; :class:`ConvexFusion`
+(:mod:`nbmemory.search.convex`) and :class:`RRFFusion` (:mod:`nbmemory.search.rrf`) the second.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from nbmemory.search.filters import Filters
 
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
+    from nbmemory.search.adaptive import QueryEvidence
+    from nbmemory.search.trace import Trace
 
 _EMBED_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmemory-embed")
 #: With cores to spare the query embedding (torch, outside the GIL) runs while BM25 runs in
@@ -153,6 +157,38 @@ class Retriever(Protocol):
 
     def retrieve(self, query: Query, depth: int, filters: Filters) -> Retrieved:
         """The best ``depth`` items matching ``filters``, best first."""
+        ...
+
+
+#: (item id, score) best first: what fusion puts out and every later stage passes on.
+Ranked = list[tuple[int, float]]
+
+
+@runtime_checkable
+class Fusion(Protocol):
+    """Fuses the retrievers' rankings into one, cut to the pool the later stages read.
+
+    ``name`` names its stage in the trace. The pipeline picks one by ``PipelineConfig.fusion``.
+    """
+
+    name: str
+
+    def __call__(
+        self,
+        query: Query,
+        found: dict[str, Retrieved],
+        k: int,
+        trace: Trace,
+        pool_size: int,
+        filters: Filters,
+    ) -> tuple[QueryEvidence | None, Ranked]:
+        """The query's lexical evidence (``None`` without BM25) and the fused ranking, best first,
+        at most ``pool_size`` long, recorded as one stage of ``trace``.
+
+        ``found`` is each retriever's answer, by name; ``k`` bounds the items the stage explains
+        one by one; ``filters`` are the search's, which candidates a fusion adds (a turn's
+        neighbours) must match too.
+        """
         ...
 
 

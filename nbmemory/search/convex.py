@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from nbmemory.search.adaptive import QueryEvidence, idf_sum
-from nbmemory.search.base import Query, Retrieved, retriever_ranks
+from nbmemory.search.base import Query, Ranked, Retrieved, retriever_ranks
 from nbmemory.search.evidence import lexical_evidence, query_idfs
 from nbmemory.search.filters import Filters
 from nbmemory.search.pool import cosines, stored_once
@@ -37,7 +37,6 @@ K = TypeVar("K", bound=Hashable)
 #: (copies of 1,500 rows of 384 floats and their dict took 0.7 ms here; a notebook search's first
 #: pass fuses about 300); past that, a deep grouped pass, only those it lacks.
 READ_WITH_MISSING = 500
-Ranked = list[tuple[int, float]]
 
 
 def convex(scores: Mapping[str, Mapping[K, float]], weights: Mapping[str, float]) -> list[tuple[K, float]]:
@@ -166,11 +165,14 @@ def scale_bm25(scores: Mapping[K, float], mass: float) -> dict[K, float]:
 
 
 class ConvexFusion:
-    """The default fusion stage: ``vector_weight * cosine + (1 - vector_weight) * keyword share``
-    for every candidate either retriever found, with the cosine raised to the candidate's best
-    passage and the keyword share read as :meth:`_lexical` says; the vector weight leans towards
-    BM25 for identifiers the corpus holds. Cost: linear in the candidates (one exact cosine and
+    """The default fusion stage (the :class:`~nbmemory.search.base.Fusion` role):
+    ``vector_weight * cosine + (1 - vector_weight) * keyword share`` for every candidate either
+    retriever found, with the cosine raised to the candidate's best passage and the keyword
+    share read as :meth:`_lexical` says; the vector weight leans towards BM25 for identifiers the
+    corpus holds. It needs both retrievers. Cost: linear in the candidates (one exact cosine and
     one BM25 lookup each, one passage lookup per candidate with passages)."""
+
+    name = "convex"
 
     def __init__(self, db: Database, embedder: Embedder, config: PipelineConfig) -> None:
         self.db = db
@@ -184,23 +186,12 @@ class ConvexFusion:
         k: int,
         trace: Trace,
         pool_size: int,
-        filters: Filters | None = None,
-    ) -> tuple[QueryEvidence | None, Ranked]:
-        return self._convex(query, found, k, trace, pool_size, filters)
-
-    def _convex(
-        self,
-        query: Query,
-        found: dict[str, Retrieved],
-        k: int,
-        trace: Trace,
-        pool_size: int,
-        filters: Filters | None = None,
+        filters: Filters,
     ) -> tuple[QueryEvidence | None, Ranked]:
         """Convex combination of the cosine and the BM25 share of the query, for every candidate."""
         config = self.config
         ranks = retriever_ranks(found)
-        with trace.step("convex") as stage:
+        with trace.step(self.name) as stage:
             evidence = lexical_evidence(self.db, query.text, found.get("bm25"), self.config.adaptive_strength)
             alpha = config.vector_weight
             why = "fixed weights"

@@ -22,10 +22,18 @@ from nbmemory.search import reject as reject_mod
 from nbmemory.search import rerank as rerank_mod
 from nbmemory.search import supersede as supersede_mod
 from nbmemory.search.adaptive import QueryEvidence
-from nbmemory.search.base import Query, Retrieved, Retriever, retriever_ranks, retriever_scores
+from nbmemory.search.base import (
+    Fusion,
+    Query,
+    Ranked,
+    Retrieved,
+    Retriever,
+    retriever_ranks,
+    retriever_scores,
+)
 from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.config import PipelineConfig
-from nbmemory.search.convex import ConvexFusion, Ranked
+from nbmemory.search.convex import ConvexFusion
 from nbmemory.search.filters import Filters
 from nbmemory.search.pool import Pool
 from nbmemory.search.result import SearchResult, hydrate, place
@@ -86,6 +94,12 @@ class SearchPipeline:
         self.config = config or PipelineConfig()
         known: list[Retriever] = [BM25Retriever(db, self.config.symbols), VectorRetriever(db, embedder)]
         self.retrievers = [r for r in known if r.name in self.config.retrievers]
+        # Convex fusion weighs a cosine against a keyword share: one retriever alone is fused by RRF.
+        self.fusion: Fusion = (
+            ConvexFusion(db, embedder, self.config)
+            if self.config.fusion == "convex" and len(self.retrievers) > 1
+            else RRFFusion(db, self.config)
+        )
 
     def run(self, query: str, k: int = 10, filters: Filters | None = None) -> SearchResult:
         """The ``k`` best hits for ``query`` among the items matching ``filters``, and the trace."""
@@ -130,7 +144,7 @@ class SearchPipeline:
         saturated = candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
         if config.group and saturated and depth < MAX_GROUP_DEPTH and self._few_sources(found, k, pool_size):
             return None, trace
-        evidence, order = self._fuse(q, found, k, trace, pool_size, filters)
+        evidence, order = self.fusion(q, found, k, trace, pool_size, filters)
         pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None, q.memo)
         if config.reranker:
             order = self._rerank(text, order, found, pool, trace)
@@ -178,14 +192,6 @@ class SearchPipeline:
                 stage.notes["search_ms"] = round(stage.ms, 2)
             found[retriever.name] = got
         return found
-
-    def _fuse(
-        self, query: Query, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int, filters: Filters
-    ) -> tuple[QueryEvidence | None, Ranked]:
-        """Fuse the rankings (convex or RRF, weights from the query's evidence), cut to ``pool_size``."""
-        if self.config.fusion == "convex" and len(found) > 1:
-            return ConvexFusion(self.db, self.embedder, self.config)(query, found, k, trace, pool_size, filters)
-        return RRFFusion(self.db, self.config)(query.text, found, k, trace, pool_size)
 
     def _pool_depth(self, k: int) -> int:
         # Later stages reorder, drop and group: they work on a pool deeper than k (notes average

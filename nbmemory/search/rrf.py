@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from nbmemory.search.base import Retrieved, retriever_ranks
+from nbmemory.search.base import Ranked, Retrieved, retriever_ranks
 from nbmemory.search.evidence import lexical_evidence
 
 if TYPE_CHECKING:
     from nbmemory.search.adaptive import QueryEvidence
+    from nbmemory.search.base import Query
     from nbmemory.search.config import PipelineConfig
+    from nbmemory.search.filters import Filters
     from nbmemory.search.trace import Trace
     from nbmemory.store.db import Database
 
@@ -89,27 +91,32 @@ def rrf_parts(
 
 
 class RRFFusion:
-    """RRF as a pipeline stage (``fusion="rrf"``): weights and per-retriever constants from the
-    query's lexical evidence when ``adaptive`` is on. Cost: linear in the candidates."""
+    """RRF as a pipeline stage (the :class:`~nbmemory.search.base.Fusion` role, ``fusion="rrf"``,
+    and any search with one retriever): weights and per-retriever constants from the query's
+    lexical evidence when ``adaptive`` is on. Cost: linear in the candidates."""
+
+    name = "rrf"
 
     def __init__(self, db: Database, config: PipelineConfig) -> None:
         self.db = db
         self.config = config
 
     def __call__(
-        self, query: str, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
-    ) -> tuple[QueryEvidence | None, list[tuple[int, float]]]:
-        return self._rrf(query, found, k, trace, pool_size)
-
-    def _rrf(
-        self, query: str, found: dict[str, Retrieved], k: int, trace: Trace, pool_size: int
-    ) -> tuple[QueryEvidence | None, list[tuple[int, float]]]:
-        """RRF over the rankings (adaptive weights from the lexical evidence), cut to a pool deeper than k."""
+        self,
+        query: Query,
+        found: dict[str, Retrieved],
+        k: int,
+        trace: Trace,
+        pool_size: int,
+        filters: Filters,
+    ) -> tuple[QueryEvidence | None, Ranked]:
+        """RRF over the rankings (adaptive weights from the lexical evidence), cut to a pool deeper
+        than k; ``filters`` change nothing here (RRF adds no candidates of its own)."""
         config = self.config
         rankings = {name: got.ids for name, got in found.items()}
         ranks = retriever_ranks(found)
-        with trace.step("rrf") as stage:
-            evidence = lexical_evidence(self.db, query, found.get("bm25"), self.config.adaptive_strength)
+        with trace.step(self.name) as stage:
+            evidence = lexical_evidence(self.db, query.text, found.get("bm25"), self.config.adaptive_strength)
             weights = dict(config.weights)
             ks: dict[str, float] = {}
             if evidence is not None and config.adaptive and len(rankings) > 1:
