@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
-from nbmemory.search import decay, nearmiss
+from nbmemory.search import decay
 from nbmemory.search import dedup as dedup_mod
 from nbmemory.search import mmr as mmr_mod
 from nbmemory.search import reject as reject_mod
@@ -35,6 +35,7 @@ from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion
 from nbmemory.search.filters import Filters
+from nbmemory.search.noanswer import NoAnswer
 from nbmemory.search.pool import Pool
 from nbmemory.search.result import SearchResult, hydrate, place
 from nbmemory.search.rrf import RRFFusion, rrf
@@ -100,6 +101,7 @@ class SearchPipeline:
             if self.config.fusion == "convex" and len(self.retrievers) > 1
             else RRFFusion(db, self.config)
         )
+        self.no_answer = NoAnswer(db, embedder)
 
     def run(self, query: str, k: int = 10, filters: Filters | None = None) -> SearchResult:
         """The ``k`` best hits for ``query`` among the items matching ``filters``, and the trace."""
@@ -165,9 +167,7 @@ class SearchPipeline:
         order = order[:k]
         if config.group and len(order) < k and saturated and depth < MAX_GROUP_DEPTH:
             return None, trace
-        rejected, reason = False, ""
-        if config.reject and evidence is not None and "vector" in found:
-            rejected, reason = self._reject(text, order, found, evidence, trace)
+        rejected, reason = self.no_answer(text, order, found, evidence, trace) if config.reject else (False, "")
         hits = self._hydrate_step(text, order, found, pool, trace)
         for hit in hits:
             hit.more = more.get(hit.id, [])
@@ -315,51 +315,6 @@ class SearchPipeline:
             }
             stage.parts.update({i: {"below the MMR picks": s} for i, s in out[len(picked) :]})
         return out
-
-    def _reject(
-        self, query: str, order: Ranked, found: dict[str, Retrieved], evidence: QueryEvidence, trace: Trace
-    ) -> tuple[bool, str]:
-        """The no-answer flag: hits are kept (an interactive search never shows an empty screen)."""
-        with trace.step("reject", compare=True) as stage:
-            stage.output = [i for i, _ in order]
-            thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
-            if thresholds is None:
-                stage.notes = {"rejected": False, "why": "no thresholds derived for this model"}
-                return False, ""
-            top_sim = max(found["vector"].scores.values(), default=None)
-            missing = reject_mod.unseen(query, evidence.mass, evidence.unseen_idf, evidence.missing_terms)
-            rejected, reason, numbers = thresholds.should_reject(top_sim, missing, evidence.evidence)
-            if rejected:
-                # Only a flag is worth the look-up: a missing word may be a misspelling.
-                spelled = reject_mod.without_typos(self.db, missing)
-                if spelled.typos:
-                    rejected, reason, numbers = thresholds.should_reject(top_sim, spelled, evidence.evidence)
-                    numbers += f"; read as misspellings: {', '.join(sorted(spelled.typos))}"
-            fusion = trace.stage("convex")
-            best = fusion.notes.get("best_cosine") if fusion is not None else None
-            weak_words = evidence.mass > 0 and evidence.evidence < reject_mod.KEYWORD_HALF
-            if not rejected and best is not None and weak_words:
-                # Two retrievers that pick the same source on their own are evidence it answers.
-                if self._first_sources_agree(found):
-                    numbers += "; BM25 and the vector side put the same source first"
-                # Only then is the memory's near-miss cosine read (measured once per memory state).
-                elif (near := nearmiss.near_miss(self.db, self.embedder)) is not None:
-                    # The first hit's fused score as fusion gave it (later stages rescale scores).
-                    top = fusion.scores.get(order[0][0]) if fusion is not None and order else None
-                    rejected, reason, more = reject_mod.far_from_everything(
-                        best, near.cosine, evidence.evidence, top
-                    )
-                    numbers += f"; {more}"
-            stage.notes = {"rejected": rejected, "why": numbers}
-        return rejected, reason
-
-    def _first_sources_agree(self, found: dict[str, Retrieved]) -> bool:
-        firsts = [got.ids[0] for got in found.values() if got.ids]
-        if len(firsts) < 2:
-            return False
-        rows = fetch_rows(self.db, firsts, HitRow)
-        sources = {rows[i].source if i in rows and rows[i].source else i for i in firsts}
-        return len(sources) == 1
 
     def _walk(
         self, order: Ranked, pool: Pool, k: int, trace: Trace, *, dedup: bool, group: bool

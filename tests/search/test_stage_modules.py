@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from nbmemory import Memory
-from nbmemory.search.base import Fusion
+from nbmemory.search.base import Fusion, Retrieved
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion
+from nbmemory.search.noanswer import NoAnswer
 from nbmemory.search.pipeline import SearchPipeline
 from nbmemory.search.rrf import RRFFusion
+from nbmemory.search.trace import Trace
 
 
 @pytest.mark.parametrize(
@@ -32,3 +34,23 @@ def test_the_pipeline_picks_one_fusion_and_its_stage_bears_its_name(
     assert isinstance(pipeline.fusion, kind) and isinstance(pipeline.fusion, Fusion)
     result = fake_mem.search("staging database", k=2, config=config)
     assert [s.name for s in result.trace.stages if s.name in ("convex", "rrf")] == [pipeline.fusion.name]
+
+
+def test_the_no_answer_stage_needs_lexical_evidence_and_the_vector_side(fake_mem: Memory) -> None:
+    item = fake_mem.remember("the staging database is db-stg-12")
+    stage = NoAnswer(fake_mem.db, fake_mem.embedder)
+    trace = Trace("staging")
+    # Without BM25 there is no lexical evidence: no flag, and no stage to show.
+    assert stage("staging", [(item.id, 1.0)], {"vector": Retrieved([(item.id, 0.9)])}, None, trace) == (
+        False,
+        "",
+    )
+    assert trace.stages == []
+    result = fake_mem.search("staging database", k=1)
+    reject = result.trace.stage("reject")
+    # The fake model has no thresholds: the stage says so and flags nothing.
+    assert reject is not None and reject.notes == {
+        "rejected": False,
+        "why": "no thresholds derived for this model",
+    }
+    assert not result.rejected
