@@ -3,7 +3,7 @@
 Cost per candidate: linear in its words (their regular-expression pass, cached per text), plus
 one matrix-vector product with the vectors of the items kept so far, plus one substring test per
 kept item at the threshold's cosine (few: containment needs both). The walk of dedup and group
-(:meth:`nbmemory.search.pipeline.SearchPipeline._walk`) keeps at most ``k`` items, so a search's
+(:func:`nbmemory.search.group.walk`) keeps at most ``k`` items, so a search's
 dedup is linear in the candidates it offers. The gram index this replaced cost a dictionary entry
 per word sequence of every kept item: a notebook search's costliest stage.
 """

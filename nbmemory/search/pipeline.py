@@ -10,7 +10,6 @@ flag and hydration (:mod:`~nbmemory.search.result`). Each stage is a named step
 from __future__ import annotations
 
 import gc
-import time
 from typing import TYPE_CHECKING
 
 from nbmemory.errors import ConfigError
@@ -35,11 +34,12 @@ from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion
 from nbmemory.search.filters import Filters
+from nbmemory.search.group import few_sources, walk
 from nbmemory.search.noanswer import NoAnswer
 from nbmemory.search.pool import Pool
 from nbmemory.search.result import SearchResult, hydrate, place
 from nbmemory.search.rrf import RRFFusion, rrf
-from nbmemory.search.trace import Stage, Trace
+from nbmemory.search.trace import Trace
 from nbmemory.search.vector import VectorRetriever
 from nbmemory.store.db import Database, utcnow
 from nbmemory.store.rows import HitRow, fetch_rows
@@ -144,7 +144,7 @@ class SearchPipeline:
         # fused pool below cuts some of those it returned.
         candidates = len({i for got in found.values() for i in got.ids})
         saturated = candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
-        if config.group and saturated and depth < MAX_GROUP_DEPTH and self._few_sources(found, k, pool_size):
+        if config.group and saturated and depth < MAX_GROUP_DEPTH and few_sources(self.db, found, k, pool_size):
             return None, trace
         evidence, order = self.fusion(q, found, k, trace, pool_size, filters)
         pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None, q.memo)
@@ -161,9 +161,11 @@ class SearchPipeline:
                 order = self._dedup(order, pool, trace)
             order = self._mmr(order, pool, k, trace)
             if config.group:
-                order, more = self._walk(order, pool, k, trace, dedup=False, group=True)
+                order, more = walk(order, pool, k, trace, dedup=False, group=True, threshold=config.dedup_threshold)
         elif config.dedup or config.group:
-            order, more = self._walk(order, pool, k, trace, dedup=config.dedup, group=config.group)
+            order, more = walk(
+                order, pool, k, trace, dedup=config.dedup, group=config.group, threshold=config.dedup_threshold
+            )
         order = order[:k]
         if config.group and len(order) < k and saturated and depth < MAX_GROUP_DEPTH:
             return None, trace
@@ -196,7 +198,7 @@ class SearchPipeline:
     def _pool_depth(self, k: int) -> int:
         # Later stages reorder, drop and group: they work on a pool deeper than k (notes average
         # 1.2 chunks, so twice k still fills k groups). Dedup and group read it only down to the
-        # k-th group (``_walk``), so a deeper pool costs only its fusion.
+        # k-th group (:func:`~nbmemory.search.group.walk`), so a deeper pool costs only its fusion.
         return max(k + 20, 2 * k, self.config.rerank_depth if self.config.reranker else 0)
 
     def _rerank(
@@ -315,122 +317,6 @@ class SearchPipeline:
             }
             stage.parts.update({i: {"below the MMR picks": s} for i, s in out[len(picked) :]})
         return out
-
-    def _walk(
-        self, order: Ranked, pool: Pool, k: int, trace: Trace, *, dedup: bool, group: bool
-    ) -> tuple[Ranked, dict[int, list[int]]]:
-        """Dedup and group in one walk down the fused order, best first, which stops at the
-        ``k``-th group (or, without grouping, the ``k``-th item kept): what ranks below it is
-        never read. Each stage's trace notes how many candidates it read (``read``).
-
-        With grouping, a candidate whose source already has a leader joins that leader's group;
-        dedup only adds it to its order (:meth:`Deduper.add`) and asks whether it duplicates an
-        earlier one only if a later candidate matches it. Only the candidates that could lead a
-        group (one per source read, plus the duplicates found among them) are checked: a
-        notebook's search reads dozens of cells of the few notebooks it shows, and checks about
-        ``k``. The leaders are those an offer of every candidate would give.
-
-        Cost: linear in the candidates read (each one's source looked up once, its words and
-        vector added to the :class:`Deduper`), plus one product of a possible leader's vector
-        with those read before it (about ``k`` of them: linear for a given ``k``); rows, texts
-        and vectors are read for the candidates read only, in batches that double (a few
-        statements per search when they come from the table). ``Hit.more`` lists a leader's
-        other chunks among those read, i.e. those ranked above the ``k``-th leader (those that
-        duplicate an earlier chunk included).
-        """
-        deduper = dedup_mod.Deduper(self.config.dedup_threshold) if dedup else None
-        dropped: dict[int, tuple[int, float]] = {}
-        leaders: Ranked = []
-        leader_of: dict[str, int] = {}
-        more: dict[int, list[int]] = {}
-        dedup_s = group_s = 0.0
-        read = 0
-        batch = max(2 * k, 32)
-        done = False
-        while read < len(order) and not done:
-            head = order[read : read + batch]
-            ids = [i for i, _ in head]
-            started = time.perf_counter()
-            rows = pool.rows(ids) if group else {}
-            sources = {i: row.source for i, row in rows.items()}
-            group_s += time.perf_counter() - started
-            started = time.perf_counter()
-            texts = pool.texts(ids) if deduper is not None else {}
-            vecs = pool.vectors(ids) if deduper is not None else {}
-            dedup_s += time.perf_counter() - started
-            for item, score in head:
-                read += 1
-                source = sources.get(item)
-                if source is not None and source in leader_of:
-                    # It joins its leader's group whatever it holds: not asked now whether it
-                    # duplicates an earlier candidate, only if a later one matches it.
-                    if deduper is not None:
-                        started = time.perf_counter()
-                        deduper.add(item, texts.get(item, ""), vecs.get(item))
-                        dedup_s += time.perf_counter() - started
-                    more[leader_of[source]].append(item)
-                    continue
-                if deduper is not None:
-                    started = time.perf_counter()
-                    match = deduper.offer(item, texts.get(item, ""), vecs.get(item))
-                    dedup_s += time.perf_counter() - started
-                    if match is not None:
-                        dropped[item] = match
-                        continue
-                leaders.append((item, score))
-                more[item] = []
-                if source is not None:
-                    leader_of[source] = item
-                if len(leaders) == k:
-                    done = True
-                    break
-            batch *= 2
-        if deduper is not None:
-            stage = trace.add(Stage("dedup", compare_to=trace.stages[-1].name if trace.stages else None))
-            stage.ms = dedup_s * 1000
-            stage.dropped = {d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()}
-            stage.output = [i for i, _ in order[:read] if i not in dropped]
-            stage.scores = {i: s for i, s in order[:read] if i not in dropped}
-            stage.notes = {
-                "read": read,
-                "checked": deduper.checked,
-                "collapsed": len(dropped),
-                "threshold": self.config.dedup_threshold,
-            }
-        if not group:
-            return leaders, {}
-        stage = trace.add(Stage("group", compare_to=trace.stages[-1].name if trace.stages else None))
-        stage.ms = group_s * 1000
-        stage.output = [i for i, _ in leaders]
-        stage.scores = dict(leaders)
-        stage.notes = {"groups": len(leaders), "read": read - len(dropped), "of": len(order)}
-        for leader, others in more.items():
-            if others:
-                stage.detail[leader] = f"+{len(others)} more in this source"
-                for other in others:
-                    stage.dropped[other] = f"in the same source as #{leader}"
-        return leaders, more
-
-    def _few_sources(self, found: dict[str, Retrieved], k: int, pool_size: int) -> bool:
-        """Whether the retrievers' heads (their first ``pool_size // 2`` each, which make most of
-        the fused pool) hold fewer than ``k`` sources: then the pool would too, and a pass over
-        it would end in a deeper one (cells of a few notebooks fill a notebook memory's heads).
-        Taking deeper at once skips that pass; it can only let in candidates ranked deeper.
-        Cost: one row lookup per head candidate read, in batches (``2k``, doubling) that stop
-        at the ``k``-th source (the head of a memory of short notes holds it within the first batch)."""
-        head = list(dict.fromkeys(i for got in found.values() for i in got.ids[: pool_size // 2]))
-        if len(head) < k:
-            return False  # too few candidates at all: deeper would find no more
-        sources: set[object] = set()
-        read, batch = 0, 2 * k
-        while read < len(head):
-            ids = head[read : read + batch]
-            rows = fetch_rows(self.db, ids, HitRow)
-            sources.update(rows[i].source if i in rows and rows[i].source else -i for i in ids)
-            if len(sources) >= k:
-                return False
-            read, batch = read + batch, 2 * batch
-        return True
 
     def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
         """Mark the tail no retriever supports: below the lowest cosine tier, matching under half

@@ -79,7 +79,7 @@ class Pool:
     """The fused candidates' stored data, fetched only for the candidates a stage reads, once.
 
     Cost: each read is linear in the ids asked for that were not read before; a stage that
-    stops early (the walk of :meth:`SearchPipeline._walk`) reads only the head of the pool.
+    stops early (the walk of :func:`~nbmemory.search.group.walk`) reads only the head of the pool.
     """
 
     def __init__(
