@@ -13,8 +13,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from nbmemory.search.base import Ranked
+    from nbmemory.search.pool import Pool
+    from nbmemory.search.trace import Trace
 
 _WORD = re.compile(r"\w+")
 #: Cosines are first compared in one matrix product, then again exactly for the pair found:
@@ -174,3 +180,22 @@ def dedup(
         if match is not None:
             dropped[i] = match
     return deduper.kept, dropped
+
+
+def dedup_stage(order: Ranked, pool: Pool, trace: Trace, threshold: float) -> Ranked:
+    """The ``dedup`` stage over the whole (bounded) fused pool, as the MMR path needs it (MMR
+    weighs every candidate against the others); without MMR, dedup runs in the walk that stops
+    at the ``k``-th group (:func:`nbmemory.search.group.walk`). No stage when nothing is dropped."""
+    with trace.step("dedup", compare=True) as stage:
+        ids = [i for i, _ in order]
+        kept, dropped = dedup(ids, pool.texts(ids), pool.vectors(), threshold)
+        if not dropped:
+            trace.discard(stage)
+            return order
+        stage.dropped = {d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()}
+        scores = dict(order)
+        out = [(i, scores[i]) for i in kept]
+        stage.output = kept
+        stage.scores = dict(out)
+        stage.notes = {"collapsed": len(dropped), "threshold": threshold}
+    return out

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from nbmemory.search.base import Ranked
+    from nbmemory.search.pool import Pool
+    from nbmemory.search.trace import Trace
 
 
 def mmr(
@@ -76,3 +82,28 @@ def scaled_relevance(ids: Sequence[int], relevance: Mapping[int, float]) -> np.n
     rel = np.array([relevance[i] for i in ids], dtype=np.float64)
     span = rel.max() - rel.min()
     return (rel - rel.min()) / span if span > 0 else np.ones_like(rel)
+
+
+def mmr_stage(order: Ranked, pool: Pool, k: int, trace: Trace, lam: float) -> Ranked:
+    """The ``mmr`` stage: the first ``k`` of ``order`` picked by :func:`mmr` with ``lam``, the
+    rest below them in their order. MMR scores replace the fused ones; each pick's parts are its
+    relevance term and its redundancy."""
+    with trace.step("mmr", compare=True) as stage:
+        ids = [i for i, _ in order]
+        picked = mmr(ids, dict(order), pool.vectors(), lam, k=min(len(ids), k))
+        rest = [(i, s) for i, s in order if i not in {p for p, _, _ in picked}]
+        stage.notes = {"lambda": lam}
+        floor = min((s for _, s, _ in picked), default=0.0)
+        out = [(i, s) for i, s, _ in picked] + [(i, floor - 1.0 - n) for n, (i, _) in enumerate(rest)]
+        for i, _, near in picked:
+            if near is not None:
+                stage.detail[i] = f"most like #{near}"
+        stage.output = [i for i, _ in out]
+        stage.scores = dict(out)
+        # MMR scores replace the fused ones: lam * relevance (min-max scaled) less the redundancy.
+        relevance = dict(zip(ids, (lam * scaled_relevance(ids, dict(order))).tolist(), strict=True))
+        stage.parts = {
+            i: {"mmr relevance": relevance[i], "mmr redundancy": s - relevance[i]} for i, s, _ in picked
+        }
+        stage.parts.update({i: {"below the MMR picks": s} for i, s in out[len(picked) :]})
+    return out

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
 from nbmemory.search import decay
-from nbmemory.search import dedup as dedup_mod
-from nbmemory.search import mmr as mmr_mod
 from nbmemory.search import reject as reject_mod
 from nbmemory.search import rerank as rerank_mod
 from nbmemory.search import supersede as supersede_mod
@@ -33,8 +31,10 @@ from nbmemory.search.base import (
 from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion
+from nbmemory.search.dedup import dedup_stage
 from nbmemory.search.filters import Filters
 from nbmemory.search.group import few_sources, walk
+from nbmemory.search.mmr import mmr_stage
 from nbmemory.search.noanswer import NoAnswer
 from nbmemory.search.pool import Pool
 from nbmemory.search.result import SearchResult, hydrate, place
@@ -158,8 +158,8 @@ class SearchPipeline:
         if config.mmr:
             # MMR weighs every candidate against the others: it reads the whole (bounded) pool.
             if config.dedup:
-                order = self._dedup(order, pool, trace)
-            order = self._mmr(order, pool, k, trace)
+                order = dedup_stage(order, pool, trace, config.dedup_threshold)
+            order = mmr_stage(order, pool, k, trace, config.mmr_lambda)
             if config.group:
                 order, more = walk(order, pool, k, trace, dedup=False, group=True, threshold=config.dedup_threshold)
         elif config.dedup or config.group:
@@ -276,47 +276,6 @@ class SearchPipeline:
                 stage.parts[i] = parts
             stage.notes = {"superseded": len(newer)}
         return moved
-
-    def _dedup(self, order: Ranked, pool: Pool, trace: Trace) -> Ranked:
-        with trace.step("dedup", compare=True) as stage:
-            ids = [i for i, _ in order]
-            kept, dropped = dedup_mod.dedup(ids, pool.texts(ids), pool.vectors(), self.config.dedup_threshold)
-            if not dropped:
-                trace.discard(stage)
-                return order
-            stage.dropped = {
-                d: f"duplicate of #{keep} (cosine {sim:.3f})" for d, (keep, sim) in dropped.items()
-            }
-            scores = dict(order)
-            out = [(i, scores[i]) for i in kept]
-            stage.output = kept
-            stage.scores = dict(out)
-            stage.notes = {"collapsed": len(dropped), "threshold": self.config.dedup_threshold}
-        return out
-
-    def _mmr(self, order: Ranked, pool: Pool, k: int, trace: Trace) -> Ranked:
-        lam = self.config.mmr_lambda
-        with trace.step("mmr", compare=True) as stage:
-            ids = [i for i, _ in order]
-            picked = mmr_mod.mmr(ids, dict(order), pool.vectors(), lam, k=min(len(ids), k))
-            rest = [(i, s) for i, s in order if i not in {p for p, _, _ in picked}]
-            stage.notes = {"lambda": lam}
-            floor = min((s for _, s, _ in picked), default=0.0)
-            out = [(i, s) for i, s, _ in picked] + [(i, floor - 1.0 - n) for n, (i, _) in enumerate(rest)]
-            for i, _, near in picked:
-                if near is not None:
-                    stage.detail[i] = f"most like #{near}"
-            stage.output = [i for i, _ in out]
-            stage.scores = dict(out)
-            # MMR scores replace the fused ones: lam * relevance (min-max scaled) less the redundancy.
-            relevance = dict(
-                zip(ids, (lam * mmr_mod.scaled_relevance(ids, dict(order))).tolist(), strict=True)
-            )
-            stage.parts = {
-                i: {"mmr relevance": relevance[i], "mmr redundancy": s - relevance[i]} for i, s, _ in picked
-            }
-            stage.parts.update({i: {"below the MMR picks": s} for i, s in out[len(picked) :]})
-        return out
 
     def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
         """Mark the tail no retriever supports: below the lowest cosine tier, matching under half
