@@ -84,6 +84,16 @@ class _FilePlan:
     doc_id: int | None
     #: Passage windows in the rows (0 when passages are off), counted for the progress.
     windows: int = 0
+    #: The stored document as this plan found it: (content hash, mtime, forgotten); None: none.
+    base: _Stored | None = None
+
+
+#: A stored document's (content hash, mtime, whether it is forgotten).
+_Stored = tuple[str, float | None, bool]
+#: A batch's stored chunks: by document id, the ids of its chunks by content hash (oldest first).
+_Chunks = dict[int, dict[str, list[int]]]
+#: Written late by another indexing of the same file: what a plan that cannot be written says.
+CHANGED_MEANWHILE = "changed while it was being indexed: index it again"
 
 
 def walk(root: Path, onerror: Callable[[OSError], None] | None = None) -> Iterator[Path]:
@@ -142,6 +152,28 @@ def _missing(path: Path) -> str | None:
         return "broken symlink or symlink loop" if path.is_symlink() else "no such file or folder"
     except OSError as exc:  # a name longer than the system allows
         return f"cannot be read: {exc.strerror}"
+
+
+def _match(
+    plans: Sequence[_FilePlan], stored: _Chunks
+) -> tuple[list[tuple[_FilePlan, chunk_rows.NewChunk]], list[tuple[int, chunk_rows.NewChunk]], list[int]]:
+    """The plans' rows against their files' stored chunks: the rows of new text, the stored
+    chunks kept for rows of the same text (``(chunk id, row)``), and the stored chunks whose
+    text no longer occurs in their file."""
+    new_rows: list[tuple[_FilePlan, chunk_rows.NewChunk]] = []
+    keep: list[tuple[int, chunk_rows.NewChunk]] = []
+    gone: list[int] = []
+    for plan in plans:
+        held = stored.get(plan.doc_id, {}) if plan.doc_id is not None else {}
+        existing = {digest: list(ids) for digest, ids in held.items()}
+        for row in plan.rows:
+            ids = existing.get(row.hash)
+            if ids:
+                keep.append((ids.pop(0), row))
+            else:
+                new_rows.append((plan, row))
+        gone += [cid for ids in existing.values() for cid in ids]
+    return new_rows, keep, gone
 
 
 class Indexer:
@@ -376,41 +408,77 @@ class Indexer:
             rows,
             known[0] if known else None,
             windows,
+            (known[1], known[2], known[4] is not None) if known else None,
         )
 
     # -- committing a batch -----------------------------------------------------------------
-    def _commit(self, plans: list[_FilePlan], namespace: str, report: IndexReport, finished: int = 0) -> None:
-        """Embed and write one batch; ``finished`` files were done before it."""
-        doc_ids = [p.doc_id for p in plans if p.doc_id is not None]
-        old: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    def _stored_chunks(self, doc_ids: list[int]) -> _Chunks:
+        stored: _Chunks = defaultdict(lambda: defaultdict(list))
         if doc_ids:
             for cid, doc_id, digest in self.db.fetchall(
                 "SELECT id, doc_id, content_hash FROM chunks WHERE doc_id IN "
                 "(SELECT unnest(?::BIGINT[])) ORDER BY id",
                 [doc_ids],
             ):
-                old[int(doc_id)][digest].append(int(cid))
-        # Which rows are new text, and which can reuse a stored vector of identical text.
-        new_rows: list[tuple[_FilePlan, chunk_rows.NewChunk]] = []
-        keep: list[tuple[int, chunk_rows.NewChunk]] = []
-        for plan in plans:
-            existing = old.get(plan.doc_id, {}) if plan.doc_id is not None else {}
-            for row in plan.rows:
-                ids = existing.get(row.hash)
-                if ids:
-                    keep.append((ids.pop(0), row))
-                else:
-                    new_rows.append((plan, row))
-        hashes = sorted({row.hash for _, row in new_rows})
-        reusable: dict[str, np.ndarray] = {}
-        if hashes:
+                stored[int(doc_id)][digest].append(int(cid))
+        return stored
+
+    def _stored_vectors(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """A stored vector of each text among ``hashes`` that some chunk holds."""
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        return {
+            digest: np.asarray(vec, dtype=np.float32)
             for digest, vec in self.db.fetchall(
                 "SELECT c.content_hash, any_value(v.vec) FROM chunks c JOIN vectors v "
                 "ON v.chunk_id = c.id WHERE c.content_hash IN (SELECT unnest(?::VARCHAR[])) "
                 "GROUP BY c.content_hash",
-                [hashes],
-            ):
-                reusable[digest] = np.asarray(vec, dtype=np.float32)
+                [wanted],
+            )
+        }
+
+    def _still_to_write(self, plans: list[_FilePlan], namespace: str, report: IndexReport) -> list[_FilePlan]:
+        """The plans to write now (call inside the write's transaction), their document ids as
+        stored now. Another indexing of the same file may have committed since a plan was made
+        (the Jupyter server and ``nbmemory watch`` both hear a save, and index it through the
+        memory's one owner at the same time): a file it wrote with the same content, or from a
+        later save, or that was forgotten meanwhile, is left as it is."""
+        current = {
+            str(path): (int(doc_id), str(digest), mtime, forgotten is not None)
+            for doc_id, path, digest, mtime, forgotten in self.db.fetchall(
+                "SELECT id, path, content_hash, mtime, forgotten_at FROM documents "
+                "WHERE namespace = ? AND path IN (SELECT unnest(?::VARCHAR[]))",
+                [namespace, [plan.path for plan in plans]],
+            )
+        }
+        writing = []
+        for plan in plans:
+            cur = current.get(plan.path)
+            stored = cur[1:] if cur is not None else None
+            if cur is not None and stored != plan.base:
+                _, digest, mtime, forgotten = cur
+                if digest == plan.digest or forgotten or (mtime is not None and mtime > plan.mtime):
+                    report.files_unchanged += 1
+                    continue
+            plan.doc_id = cur[0] if cur is not None else None
+            writing.append(plan)
+        return writing
+
+    def _commit(self, plans: list[_FilePlan], namespace: str, report: IndexReport, finished: int = 0) -> None:
+        """Embed and write one batch; ``finished`` files were done before it.
+
+        The stored chunks of the batch's files are read twice: before embedding, to embed only
+        new text, and inside the write's transaction, which matches the files' chunks against
+        what is stored then (:meth:`_still_to_write`): a file's old chunks are replaced by its
+        new ones in that one transaction, those of unchanged text kept, so however many
+        indexings of one save run at once, its chunks are stored once.
+        """
+        old = self._stored_chunks([p.doc_id for p in plans if p.doc_id is not None])
+        # Which rows are new text, and which can reuse a stored vector of identical text.
+        new_rows, keep, gone = _match(plans, old)
+        hashes = sorted({row.hash for _, row in new_rows})
+        reusable = self._stored_vectors(hashes)
         to_embed = [row for _, row in new_rows if row.hash not in reusable]
         unique: dict[str, chunk_rows.NewChunk] = {}
         late: dict[str, list[np.ndarray | None]] = {}
@@ -445,7 +513,21 @@ class Indexer:
         # Tokenized before the transaction: searches wait for it, not for this.
         postings = fts.postings_of(self.db, [(row.heading, row.text) for _, row in new_rows])
         with self.db.transaction():
-            fresh = [plan for plan in plans if plan.doc_id is None]
+            writing = self._still_to_write(plans, namespace, report)
+            stored = self._stored_chunks([p.doc_id for p in writing if p.doc_id is not None])
+            if len(writing) != len(plans) or stored != old:
+                # Another indexing wrote some of these files meanwhile: match against what it wrote.
+                new_rows, keep, gone = _match(writing, stored)
+                reusable |= self._stored_vectors(r.hash for _, r in new_rows if r.hash not in reusable)
+                # A chunk this plan kept that the other write removed, whose text no chunk holds
+                # now: there is no vector for it, so the file waits for its next indexing.
+                stale = {id(plan) for plan, row in new_rows if row.hash not in reusable}
+                if stale:
+                    report.skipped += [(p.path, CHANGED_MEANWHILE) for p in writing if id(p) in stale]
+                    writing = [p for p in writing if id(p) not in stale]
+                    new_rows, keep, gone = _match(writing, stored)
+                postings = fts.postings_of(self.db, [(row.heading, row.text) for _, row in new_rows])
+            fresh = [plan for plan in writing if plan.doc_id is None]
             fresh_ids = chunk_rows.allocate(self.db, "doc_ids", len(fresh))
             for plan, doc_id in zip(fresh, fresh_ids, strict=True):
                 plan.doc_id = doc_id
@@ -453,23 +535,16 @@ class Indexer:
                 self.db,
                 [
                     (plan.doc_id, namespace, plan.path, plan.kind, plan.digest, plan.mtime, plan.size)
-                    for plan in plans
+                    for plan in writing
                     if plan.doc_id is not None
                 ],
                 new_ids=set(fresh_ids),
                 now=now,
             )
-            for plan in plans:
+            for plan in writing:
                 for row in plan.rows:
                     row.doc_id = plan.doc_id
             # Old chunks whose text no longer occurs in their file.
-            gone = [
-                cid
-                for plan in plans
-                if plan.doc_id in old
-                for ids in old[plan.doc_id].values()
-                for cid in ids
-            ]
             chunk_rows.purge(self.db, gone)
             chunk_rows.update_positions(self.db, keep)
             rows = [row for _, row in new_rows]
@@ -484,13 +559,13 @@ class Indexer:
                 self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
             )
             windows = passages.windows_to_embed(todo, late)
-            meter.passages_found(sum(plan.windows for plan in plans), windows)
+            meter.passages_found(sum(plan.windows for plan in writing), windows)
             if windows:
                 meter.phase("embedding passages")
             report.passages_embedded += passages.fill(
                 self.db, self.embedder, todo, progress=meter.passages_step, late=late
             )
-        report.files_changed += len(plans)
+        report.files_changed += len(writing)
         report.chunks_added += len(new_rows)
         report.chunks_kept += len(keep)
         report.chunks_removed += len(gone)

@@ -125,6 +125,25 @@ def run_doctor(
         lambda: _in_tx(db, lambda: chunk_rows.purge(db, orphans)),
     )
 
+    # Copies of a file's chunk: the same namespace, source, kind, place and text (left by two
+    # indexings of one save, the Jupyter server's and `nbmemory watch`'s, that each wrote it
+    # before a file's write checked what was stored). The oldest of each is kept.
+    copies = [
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY namespace, source, kind, ordinal, "
+            "cell_index, content_hash ORDER BY id) AS n FROM chunks "
+            "WHERE deleted_at IS NULL AND source IS NOT NULL) WHERE n > 1 ORDER BY id"
+        )
+    ]
+    add(
+        "duplicate chunks",
+        not copies,
+        f"{len(copies)} copies of a file's chunks (same source, place and text)"
+        + (": repair removes them, keeping the first of each" if copies else ""),
+        lambda: _in_tx(db, lambda: chunk_rows.purge(db, copies)),
+    )
+
     if not db.table_exists("vectors"):
         add("vectors", stored is None, "vectors table missing")
         return report
@@ -246,7 +265,6 @@ def run_doctor(
             lambda: vectors.rebuild_index(db),
         )
     return report
-
 
 
 def _in_tx(db: Database, fn: Callable[[], object]) -> None:
