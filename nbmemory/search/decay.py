@@ -5,6 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+from nbmemory.store.db import utcnow
+
+if TYPE_CHECKING:
+    from nbmemory.search.base import Ranked
+    from nbmemory.search.pool import Pool
+    from nbmemory.search.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -74,3 +82,31 @@ def factor_parts(
         "importance": weight * 0.6 * (item.importance - 0.5),
         "retrievals": weight * 0.4 * (frequency - 0.5),
     }
+
+
+def recency_stage(order: Ranked, pool: Pool, trace: Trace, half_life_days: float, weight: float) -> Ranked:
+    """The ``recency`` stage: each fused score times its item's :func:`recency_factor` (an item
+    without stored signals keeps its score), re-sorted; each score's parts gain what each signal
+    added (:func:`factor_parts`)."""
+    with trace.step("recency", compare=True) as stage:
+        meta = pool.meta()
+        now = utcnow()
+        scored = []
+        for i, score in order:
+            before = trace.parts(i)
+            signals = meta.get(i)
+            if signals is None:
+                scored.append((i, score))
+                stage.parts[i] = before
+                continue
+            factor, why = recency_factor(signals, now, half_life_days, weight)
+            scored.append((i, score * factor))
+            stage.detail[i] = f"x{factor:.3f}: {why}"
+            # score * factor = score + score * (factor - 1), the second term split by signal.
+            lift = factor_parts(signals, now, half_life_days, weight)
+            stage.parts[i] = {**before, **{name: score * part for name, part in lift.items()}}
+        scored.sort(key=lambda kv: -kv[1])
+        stage.output = [i for i, _ in scored]
+        stage.scores = dict(scored)
+        stage.notes = {"half_life_days": half_life_days, "weight": weight}
+    return scored

@@ -14,10 +14,7 @@ from typing import TYPE_CHECKING
 
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
-from nbmemory.search import decay
 from nbmemory.search import reject as reject_mod
-from nbmemory.search import rerank as rerank_mod
-from nbmemory.search import supersede as supersede_mod
 from nbmemory.search.adaptive import QueryEvidence
 from nbmemory.search.base import (
     Fusion,
@@ -31,17 +28,20 @@ from nbmemory.search.base import (
 from nbmemory.search.bm25 import BM25Retriever
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.convex import ConvexFusion
+from nbmemory.search.decay import recency_stage
 from nbmemory.search.dedup import dedup_stage
 from nbmemory.search.filters import Filters
 from nbmemory.search.group import few_sources, walk
 from nbmemory.search.mmr import mmr_stage
 from nbmemory.search.noanswer import NoAnswer
 from nbmemory.search.pool import Pool
+from nbmemory.search.rerank import rerank_stage
 from nbmemory.search.result import SearchResult, hydrate, place
-from nbmemory.search.rrf import RRFFusion, rrf
+from nbmemory.search.rrf import RRFFusion
+from nbmemory.search.supersede import supersede_stage
 from nbmemory.search.trace import Trace
 from nbmemory.search.vector import VectorRetriever
-from nbmemory.store.db import Database, utcnow
+from nbmemory.store.db import Database
 from nbmemory.store.rows import HitRow, fetch_rows
 
 if TYPE_CHECKING:
@@ -149,11 +149,11 @@ class SearchPipeline:
         evidence, order = self.fusion(q, found, k, trace, pool_size, filters)
         pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None, q.memo)
         if config.reranker:
-            order = self._rerank(text, order, found, pool, trace)
+            order = rerank_stage(text, order, found, pool, trace, config)
         if config.recency:
-            order = self._recency(order, pool, trace)
+            order = recency_stage(order, pool, trace, config.half_life_days, config.recency_weight)
         if config.supersede:
-            order = self._supersede(order, trace)
+            order = supersede_stage(self.db, order, trace)
         more: dict[int, list[int]] = {}
         if config.mmr:
             # MMR weighs every candidate against the others: it reads the whole (bounded) pool.
@@ -200,82 +200,6 @@ class SearchPipeline:
         # 1.2 chunks, so twice k still fills k groups). Dedup and group read it only down to the
         # k-th group (:func:`~nbmemory.search.group.walk`), so a deeper pool costs only its fusion.
         return max(k + 20, 2 * k, self.config.rerank_depth if self.config.reranker else 0)
-
-    def _rerank(
-        self, query: str, order: Ranked, found: dict[str, Retrieved], pool: Pool, trace: Trace
-    ) -> Ranked:
-        config = self.config
-        firsts = {name: (got.ids[0] if got.ranked else None) for name, got in found.items()}
-        with trace.step("rerank", compare=True) as stage:
-            # The gate reads how clearly the rankings agree on a leader, on the rank scale it was
-            # set on (RRF), whichever fusion ordered the candidates.
-            by_rank = rrf({name: got.ids for name, got in found.items()}, k=config.rrf_k)
-            decision = (
-                rerank_mod.gate(by_rank, firsts, config.rerank_gate)
-                if config.rerank_gate is not None
-                else rerank_mod.GateDecision(True, "gate off", 0.0)
-            )
-            stage.notes = {"ran": decision.run, "why": decision.reason, "model": config.reranker}
-            if decision.run:
-                head = [i for i, _ in order[: config.rerank_depth]]
-                texts = pool.texts(head)
-                model = rerank_mod.load_reranker(str(config.reranker))
-                scores = model.score(query, [texts.get(i, "") for i in head])
-                ce = {i: float(sc) for i, sc in zip(head, scores, strict=True)}
-                ids = [i for i, _ in order]
-                order = rerank_mod.blend(ids, ce, k=config.rrf_k)
-                stage.parts = rerank_mod.blend_parts(ids, ce, k=config.rrf_k)
-                by_ce = sorted(head, key=lambda i: -ce[i])
-                stage.detail = {i: f"cross-encoder #{by_ce.index(i) + 1} ({ce[i]:.3f})" for i in head}
-            stage.output = [i for i, _ in order]
-            stage.scores = dict(order)
-        return order
-
-    def _recency(self, order: Ranked, pool: Pool, trace: Trace) -> Ranked:
-        config = self.config
-        with trace.step("recency", compare=True) as stage:
-            meta = pool.meta()
-            now = utcnow()
-            scored = []
-            for i, score in order:
-                before = trace.parts(i)
-                signals = meta.get(i)
-                if signals is None:
-                    scored.append((i, score))
-                    stage.parts[i] = before
-                    continue
-                factor, why = decay.recency_factor(signals, now, config.half_life_days, config.recency_weight)
-                scored.append((i, score * factor))
-                stage.detail[i] = f"x{factor:.3f}: {why}"
-                # score * factor = score + score * (factor - 1), the second term split by signal.
-                lift = decay.factor_parts(signals, now, config.half_life_days, config.recency_weight)
-                stage.parts[i] = {**before, **{name: score * part for name, part in lift.items()}}
-            scored.sort(key=lambda kv: -kv[1])
-            stage.output = [i for i, _ in scored]
-            stage.scores = dict(scored)
-            stage.notes = {"half_life_days": config.half_life_days, "weight": config.recency_weight}
-        return scored
-
-    def _supersede(self, order: Ranked, trace: Trace) -> Ranked:
-        with trace.step("supersede", compare=True) as stage:
-            newer = supersede_mod.superseded_by(self.db, [i for i, _ in order])
-            if not newer:
-                trace.discard(stage)
-                return order
-            moved = supersede_mod.demote(order, newer)
-            for old, new in newer.items():
-                stage.detail[old] = f"superseded by #{new}"
-            stage.output = [i for i, _ in moved]
-            stage.scores = dict(moved)
-            was = dict(order)
-            for i, score in moved:
-                # A superseded item takes a score just below what superseded it: the change is a part.
-                parts = trace.parts(i)
-                if score != was[i]:
-                    parts["superseded"] = score - was[i]
-                stage.parts[i] = parts
-            stage.notes = {"superseded": len(newer)}
-        return moved
 
     def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
         """Mark the tail no retriever supports: below the lowest cosine tier, matching under half

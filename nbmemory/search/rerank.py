@@ -12,12 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from nbmemory.errors import ConfigError
 from nbmemory.search.rrf import rrf, rrf_parts
+
+if TYPE_CHECKING:
+    from nbmemory.search.base import Ranked, Retrieved
+    from nbmemory.search.config import PipelineConfig
+    from nbmemory.search.pool import Pool
+    from nbmemory.search.trace import Trace
 
 
 class Reranker(Protocol):
@@ -178,3 +184,36 @@ def blend_parts(
         if i not in ce_scores:
             parts[i] = {"below the reranked": blended[i]}
     return parts
+
+
+def rerank_stage(
+    query: str, order: Ranked, found: dict[str, Retrieved], pool: Pool, trace: Trace, config: PipelineConfig
+) -> Ranked:
+    """The ``rerank`` stage: when the :func:`gate` opens (``config.rerank_gate``; ``None``: always),
+    the cross-encoder ``config.reranker`` scores the first ``config.rerank_depth`` of ``order``
+    and :func:`blend` reorders them; the trace notes whether it ran and why."""
+    firsts = {name: (got.ids[0] if got.ranked else None) for name, got in found.items()}
+    with trace.step("rerank", compare=True) as stage:
+        # The gate reads how clearly the rankings agree on a leader, on the rank scale it was
+        # set on (RRF), whichever fusion ordered the candidates.
+        by_rank = rrf({name: got.ids for name, got in found.items()}, k=config.rrf_k)
+        decision = (
+            gate(by_rank, firsts, config.rerank_gate)
+            if config.rerank_gate is not None
+            else GateDecision(True, "gate off", 0.0)
+        )
+        stage.notes = {"ran": decision.run, "why": decision.reason, "model": config.reranker}
+        if decision.run:
+            head = [i for i, _ in order[: config.rerank_depth]]
+            texts = pool.texts(head)
+            model = load_reranker(str(config.reranker))
+            scores = model.score(query, [texts.get(i, "") for i in head])
+            ce = {i: float(sc) for i, sc in zip(head, scores, strict=True)}
+            ids = [i for i, _ in order]
+            order = blend(ids, ce, k=config.rrf_k)
+            stage.parts = blend_parts(ids, ce, k=config.rrf_k)
+            by_ce = sorted(head, key=lambda i: -ce[i])
+            stage.detail = {i: f"cross-encoder #{by_ce.index(i) + 1} ({ce[i]:.3f})" for i in head}
+        stage.output = [i for i, _ in order]
+        stage.scores = dict(order)
+    return order

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nbmemory.store.db import Database
+
+if TYPE_CHECKING:
+    from nbmemory.search.base import Ranked
+    from nbmemory.search.trace import Trace
 
 
 def superseded_by(db: Database, ids: list[int]) -> dict[int, int]:
@@ -57,6 +63,31 @@ def demote(order: list[tuple[int, float]], newer: dict[int, int]) -> list[tuple[
             s = fixed[-1][1] - 1e-9
         fixed.append((i, s))
     return fixed
+
+
+def supersede_stage(db: Database, order: Ranked, trace: Trace) -> Ranked:
+    """The ``supersede`` stage: :func:`demote` by the links :func:`superseded_by` finds among
+    ``order``; each demoted score's change is a part of it (``superseded``). No stage when
+    nothing in ``order`` is superseded."""
+    with trace.step("supersede", compare=True) as stage:
+        newer = superseded_by(db, [i for i, _ in order])
+        if not newer:
+            trace.discard(stage)
+            return order
+        moved = demote(order, newer)
+        for old, new in newer.items():
+            stage.detail[old] = f"superseded by #{new}"
+        stage.output = [i for i, _ in moved]
+        stage.scores = dict(moved)
+        was = dict(order)
+        for i, score in moved:
+            # A superseded item takes a score just below what superseded it: the change is a part.
+            parts = trace.parts(i)
+            if score != was[i]:
+                parts["superseded"] = score - was[i]
+            stage.parts[i] = parts
+        stage.notes = {"superseded": len(newer)}
+    return moved
 
 
 def _any_links(db: Database) -> bool:
