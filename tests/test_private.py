@@ -114,7 +114,8 @@ def test_a_memory_others_can_read_is_fixed_on_open_with_one_line(
         check = next(c for c in mem.doctor().checks if c.name == "permissions")
         assert (check.ok, check.repaired) == (False, True)
         assert check.detail == f"made owner-only on open: {home} 0755->0700, {db} 0644->0600"
-        assert "[fixed] permissions: made owner-only on open" in mem.doctor().summary()
+        # Said once: the next run finds it owner-only.
+        assert "[  ok ] permissions: owner-only" in mem.doctor().summary()
 
         # Widened while open: doctor says so, and --repair narrows it again.
         os.chmod(db, 0o640)
@@ -202,3 +203,31 @@ def test_the_command_line_says_what_it_fixed_on_stderr_and_doctor_reports_it(tmp
     ]
     assert f"[fixed] permissions: made owner-only on open: {home} 0755->0700, {db} 0644->0600" in out.stdout
     assert (mode(home), mode(db)) == (0o700, 0o600)
+
+
+@pytest.mark.integration
+def test_doctor_says_once_what_the_owner_fixed_on_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Jupyter server (or a kernel) opened the memory, fixing its permissions; each
+    # `nbmemory doctor` is its client.
+    home = tmp_path / "served-home"
+    db = widen(home)
+    monkeypatch.setenv("NBMEMORY_HOME", str(home))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with connect(embedder=FakeEmbedder(dim=32)) as owner:
+        assert owner.role == "owner"
+        said = []
+        for _ in range(3):
+            out = subprocess.run(
+                [sys.executable, "-m", "nbmemory.cli", "-q", "doctor"],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                env=env,
+                timeout=300,
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            said.append(next(line for line in out.stdout.splitlines() if "permissions" in line))
+    assert said[0] == f"[fixed] permissions: made owner-only on open: {home} 0755->0700, {db} 0644->0600"
+    assert [line.split(" (")[0] for line in said[1:]] == ["[  ok ] permissions: owner-only"] * 2
