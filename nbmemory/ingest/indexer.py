@@ -73,6 +73,15 @@ class IndexReport:
         return "\n".join(parts)
 
 
+#: A stored document's (content hash, mtime, whether it is forgotten).
+_Stored = tuple[str, float | None, bool]
+#: A batch's stored chunks: by document id, the ids of its chunks by content hash (oldest first).
+_Chunks = dict[int, dict[str, list[int]]]
+#: Why a file is skipped whose write found that another indexing's write of it removed a chunk
+#: it meant to keep (the next indexing of the file writes it).
+CHANGED_MEANWHILE = "changed while it was being indexed: index it again"
+
+
 @dataclass
 class _FilePlan:
     path: str
@@ -86,14 +95,6 @@ class _FilePlan:
     windows: int = 0
     #: The stored document as this plan found it: (content hash, mtime, forgotten); None: none.
     base: _Stored | None = None
-
-
-#: A stored document's (content hash, mtime, whether it is forgotten).
-_Stored = tuple[str, float | None, bool]
-#: A batch's stored chunks: by document id, the ids of its chunks by content hash (oldest first).
-_Chunks = dict[int, dict[str, list[int]]]
-#: Written late by another indexing of the same file: what a plan that cannot be written says.
-CHANGED_MEANWHILE = "changed while it was being indexed: index it again"
 
 
 def walk(root: Path, onerror: Callable[[OSError], None] | None = None) -> Iterator[Path]:
