@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
 from nbmemory.search import reject as reject_mod
-from nbmemory.search.adaptive import QueryEvidence
 from nbmemory.search.base import (
     Fusion,
     Query,
@@ -39,6 +38,7 @@ from nbmemory.search.rerank import rerank_stage
 from nbmemory.search.result import SearchResult, hydrate, place
 from nbmemory.search.rrf import RRFFusion
 from nbmemory.search.supersede import supersede_stage
+from nbmemory.search.tiers import WEAK_LEXICAL, WEAK_SHARE, mark_weak, set_tiers
 from nbmemory.search.trace import Trace
 from nbmemory.search.vector import VectorRetriever
 from nbmemory.store.db import Database
@@ -47,10 +47,16 @@ from nbmemory.store.rows import HitRow, fetch_rows
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
 
-#: A hit matching less than this share of the query's IDF mass has no keyword support.
-WEAK_LEXICAL = 0.5
-#: ... and one scoring under this share of the best hit is part of a weak tail.
-WEAK_SHARE = 0.75
+__all__ = [
+    "MAX_GROUP_DEPTH",
+    "MAX_K",
+    "MAX_QUERY_CHARS",
+    "WEAK_LEXICAL",
+    "WEAK_SHARE",
+    "SearchPipeline",
+    "checked_query",
+]
+
 #: Grouped searches take deeper candidates, up to this many per retriever, to fill k sources.
 MAX_GROUP_DEPTH = 20_000
 MAX_QUERY_CHARS = 4000
@@ -154,17 +160,17 @@ class SearchPipeline:
             order = recency_stage(order, pool, trace, config.half_life_days, config.recency_weight)
         if config.supersede:
             order = supersede_stage(self.db, order, trace)
-        more: dict[int, list[int]] = {}
+        # MMR weighs every candidate against the others: dedup before it reads the whole (bounded)
+        # pool, and the walk after it only groups. Without MMR, dedup and group share the walk.
+        if config.mmr and config.dedup:
+            order = dedup_stage(order, pool, trace, config.dedup_threshold)
         if config.mmr:
-            # MMR weighs every candidate against the others: it reads the whole (bounded) pool.
-            if config.dedup:
-                order = dedup_stage(order, pool, trace, config.dedup_threshold)
             order = mmr_stage(order, pool, k, trace, config.mmr_lambda)
-            if config.group:
-                order, more = walk(order, pool, k, trace, dedup=False, group=True, threshold=config.dedup_threshold)
-        elif config.dedup or config.group:
+        walk_dedup = config.dedup and not config.mmr
+        more: dict[int, list[int]] = {}
+        if walk_dedup or config.group:
             order, more = walk(
-                order, pool, k, trace, dedup=config.dedup, group=config.group, threshold=config.dedup_threshold
+                order, pool, k, trace, dedup=walk_dedup, group=config.group, threshold=config.dedup_threshold
             )
         order = order[:k]
         if config.group and len(order) < k and saturated and depth < MAX_GROUP_DEPTH:
@@ -173,7 +179,7 @@ class SearchPipeline:
         hits = self._hydrate_step(text, order, found, pool, trace)
         for hit in hits:
             hit.more = more.get(hit.id, [])
-        self._support(hits, evidence)
+        mark_weak(hits, evidence, reject_mod.thresholds_for(self.embedder.fingerprint))
         self._label(trace, k)
         return SearchResult(text, hits, trace, rejected=rejected, reason=reason), trace
 
@@ -201,19 +207,6 @@ class SearchPipeline:
         # k-th group (:func:`~nbmemory.search.group.walk`), so a deeper pool costs only its fusion.
         return max(k + 20, 2 * k, self.config.rerank_depth if self.config.reranker else 0)
 
-    def _support(self, hits: list[Hit], evidence: QueryEvidence | None) -> None:
-        """Mark the tail no retriever supports: below the lowest cosine tier, matching under half
-        of the query's IDF mass, and scoring under :data:`WEAK_SHARE` of the best hit. They keep
-        their place; front ends show them as weaker matches."""
-        if not hits or reject_mod.thresholds_for(self.embedder.fingerprint) is None:
-            return  # no tiers for this model: no way to call a cosine weak
-        mass = evidence.mass if evidence is not None else 0.0
-        best = hits[0].score
-        for hit in hits:
-            lexical = hit.retriever_scores.get("bm25", 0.0) / mass if mass > 0 else 0.0
-            semantic = hit.tier != "none" or (hit.similarity is None and "vector" not in hit.ranks)
-            hit.weak = not semantic and lexical < WEAK_LEXICAL and hit.score < WEAK_SHARE * best
-
     def _label(self, trace: Trace, k: int) -> None:
         """Where each item an explanation of ``k`` hits names is (``Trace.labels``); the rows come
         from the per-file row cache, which the stages before filled."""
@@ -228,15 +221,6 @@ class SearchPipeline:
         """Hits with their stored columns, their similarity to the query and relevance tier."""
         with trace.step("hydrate") as stage:
             hits = hydrate(self.db, order, query, retriever_ranks(found), retriever_scores(found), pool.rows())
-            self._tier(hits, pool)
+            set_tiers(hits, pool, reject_mod.thresholds_for(self.embedder.fingerprint))
             stage.output = [h.id for h in hits]
         return hits
-
-    def _tier(self, hits: list[Hit], pool: Pool) -> None:
-        thresholds = reject_mod.thresholds_for(self.embedder.fingerprint)
-        if hits and pool.qvec is not None:
-            sims = pool.similarities([h.id for h in hits])
-            for h in hits:
-                h.similarity = sims.get(h.id)
-                if thresholds is not None:
-                    h.tier = thresholds.tier(None if h.similarity is None else 1.0 - h.similarity)

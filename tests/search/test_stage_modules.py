@@ -54,3 +54,12 @@ def test_the_no_answer_stage_needs_lexical_evidence_and_the_vector_side(fake_mem
         "why": "no thresholds derived for this model",
     }
     assert not result.rejected
+
+
+def test_the_pipelines_public_names_stay_importable_from_it() -> None:
+    from nbmemory.search import pipeline, tiers
+
+    for name in pipeline.__all__:
+        assert getattr(pipeline, name) is not None, name
+    # The weak-tail levels live with the rule that reads them.
+    assert (pipeline.WEAK_LEXICAL, pipeline.WEAK_SHARE) == (tiers.WEAK_LEXICAL, tiers.WEAK_SHARE)
