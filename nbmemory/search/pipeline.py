@@ -1,10 +1,25 @@
-"""The hybrid search pipeline: one line per stage in :meth:`SearchPipeline._run`.
+"""The hybrid search pipeline: :meth:`SearchPipeline._run` is the list of stages, one line each.
 
-Retrieval (:mod:`~nbmemory.search.bm25`, :mod:`~nbmemory.search.vector`), fusion (convex by
-default, :mod:`~nbmemory.search.convex`; or RRF, :mod:`~nbmemory.search.rrf`), then the optional
-stages in :class:`~nbmemory.search.config.PipelineConfig` order, the cut to ``k``, the no-answer
-flag and hydration (:mod:`~nbmemory.search.result`). Each stage is a named step
-(:meth:`Trace.step`) that records what it did into the trace.
+Each stage is a named step (:meth:`Trace.step`) that records what it did into the trace, and
+lives with its rules, in :class:`~nbmemory.search.config.PipelineConfig` order:
+
+- ``bm25``, ``vector``: the retrievers (:mod:`~nbmemory.search.bm25`, :mod:`~nbmemory.search.vector`);
+- ``convex`` or ``rrf``: the :class:`~nbmemory.search.base.Fusion` picked by ``config.fusion``
+  (:class:`~nbmemory.search.convex.ConvexFusion`, :class:`~nbmemory.search.rrf.RRFFusion`);
+- ``rerank``: :func:`~nbmemory.search.rerank.rerank_stage`;
+- ``recency``: :func:`~nbmemory.search.decay.recency_stage`;
+- ``supersede``: :func:`~nbmemory.search.supersede.supersede_stage`;
+- with MMR, ``dedup`` over the pool and ``mmr``: :func:`~nbmemory.search.dedup.dedup_stage`,
+  :func:`~nbmemory.search.mmr.mmr_stage`;
+- ``dedup`` and ``group`` in one walk that stops at the ``k``-th group:
+  :func:`~nbmemory.search.group.walk`;
+- ``reject``, the no-answer flag: :class:`~nbmemory.search.noanswer.NoAnswer`;
+- ``hydrate``: the hits (:func:`~nbmemory.search.result.hydrate`), their tiers and the weak tail
+  (:mod:`~nbmemory.search.tiers`).
+
+What stays here: the passes (a grouped search that finds fewer than ``k`` sources takes deeper
+candidates, :func:`~nbmemory.search.group.few_sources`), the retrieval loop, the hydration step
+and the trace's labels.
 """
 
 from __future__ import annotations
@@ -88,6 +103,13 @@ def _gc_counts() -> tuple[list[int], int]:
     return [g["collections"] for g in gc.get_stats()], gc.get_count()[0]
 
 
+def _more_exist(found: dict[str, Retrieved], depth: int, pool_size: int) -> bool:
+    """Whether candidates exist beyond those a pass considers: a retriever returned all it was
+    asked for, or the fused pool cuts some of those they returned."""
+    candidates = len({i for got in found.values() for i in got.ids})
+    return candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
+
+
 class SearchPipeline:
     """Runs one hybrid search over a :class:`Database` with an :class:`Embedder`.
 
@@ -146,11 +168,9 @@ class SearchPipeline:
         text = q.text
         trace = Trace(text)
         found = self._retrieve(q, depth, filters, trace)
-        # More candidates exist when a retriever returned all it was asked for, or when the
-        # fused pool below cuts some of those it returned.
-        candidates = len({i for got in found.values() for i in got.ids})
-        saturated = candidates > pool_size or any(len(got.ranked) >= depth for got in found.values())
-        if config.group and saturated and depth < MAX_GROUP_DEPTH and few_sources(self.db, found, k, pool_size):
+        # A grouped search may take deeper candidates, when more exist than it considers.
+        deeper = config.group and _more_exist(found, depth, pool_size) and depth < MAX_GROUP_DEPTH
+        if deeper and few_sources(self.db, found, k, pool_size):
             return None, trace
         evidence, order = self.fusion(q, found, k, trace, pool_size, filters)
         pool = Pool(self.db, [i for i, _ in order], q.vector() if q.embedded else None, q.memo)
@@ -173,17 +193,15 @@ class SearchPipeline:
                 order, pool, k, trace, dedup=walk_dedup, group=config.group, threshold=config.dedup_threshold
             )
         order = order[:k]
-        if config.group and len(order) < k and saturated and depth < MAX_GROUP_DEPTH:
+        if deeper and len(order) < k:
             return None, trace
         rejected, reason = self.no_answer(text, order, found, evidence, trace) if config.reject else (False, "")
-        hits = self._hydrate_step(text, order, found, pool, trace)
-        for hit in hits:
-            hit.more = more.get(hit.id, [])
+        hits = self._hydrate_step(text, order, more, found, pool, trace)
         mark_weak(hits, evidence, reject_mod.thresholds_for(self.embedder.fingerprint))
         self._label(trace, k)
         return SearchResult(text, hits, trace, rejected=rejected, reason=reason), trace
 
-    # -- stages ---------------------------------------------------------------------------------
+    # -- retrieval, hydration and the trace's labels ----------------------------------------------
     def _retrieve(self, query: Query, depth: int, filters: Filters, trace: Trace) -> dict[str, Retrieved]:
         """Each retriever's ranking, one stage each."""
         found: dict[str, Retrieved] = {}
@@ -216,11 +234,20 @@ class SearchPipeline:
         trace.labels = {i: place(row) for i, row in rows.items()}
 
     def _hydrate_step(
-        self, query: str, order: Ranked, found: dict[str, Retrieved], pool: Pool, trace: Trace
+        self,
+        query: str,
+        order: Ranked,
+        more: dict[int, list[int]],
+        found: dict[str, Retrieved],
+        pool: Pool,
+        trace: Trace,
     ) -> list[Hit]:
-        """Hits with their stored columns, their similarity to the query and relevance tier."""
+        """Hits with their stored columns, their similarity to the query and relevance tier, and
+        (grouped) their source's other chunks."""
         with trace.step("hydrate") as stage:
             hits = hydrate(self.db, order, query, retriever_ranks(found), retriever_scores(found), pool.rows())
             set_tiers(hits, pool, reject_mod.thresholds_for(self.embedder.fingerprint))
             stage.output = [h.id for h in hits]
+        for hit in hits:
+            hit.more = more.get(hit.id, [])
         return hits

@@ -13,6 +13,7 @@ from nbmemory.search.noanswer import NoAnswer
 from nbmemory.search.pipeline import SearchPipeline
 from nbmemory.search.rrf import RRFFusion
 from nbmemory.search.trace import Trace
+from tests import import_graph
 
 
 @pytest.mark.parametrize(
@@ -63,3 +64,12 @@ def test_the_pipelines_public_names_stay_importable_from_it() -> None:
         assert getattr(pipeline, name) is not None, name
     # The weak-tail levels live with the rule that reads them.
     assert (pipeline.WEAK_LEXICAL, pipeline.WEAK_SHARE) == (tiers.WEAK_LEXICAL, tiers.WEAK_SHARE)
+
+
+def test_the_search_stages_never_import_the_pipeline() -> None:
+    # pipeline.py lists the stages; each lives in its own module and stands without it.
+    edges = import_graph.graph()
+    assert "nbmemory.search.pipeline" in edges["nbmemory.memory"]
+    stages = {m for m in edges if m.startswith("nbmemory.search.") and m != "nbmemory.search.pipeline"}
+    assert {"nbmemory.search.noanswer", "nbmemory.search.tiers", "nbmemory.search.group"} <= stages
+    assert sorted(m for m in stages if "nbmemory.search.pipeline" in edges[m]) == []
