@@ -29,6 +29,7 @@ MAGICS = frozenset(
         "memexplore",
         "memforget",
         "memget",
+        "memimport",
         "memindex",
         "memlink",
         "memory",

@@ -602,6 +602,22 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return run_watch(mem, args.folders, args.ns, not args.no_scan, args.quiet)
 
 
+@command(
+    "import",
+    "import IPython's history (every session's inputs and recorded outputs); again: only what is new",
+    Option("source", choices=["ipython-history"], help="what to import: ipython-history"),
+    Option("path", nargs="?", help="the history file (default ~/.ipython/profile_default/history.sqlite)"),
+    Option("--ns", help="namespace (default: 'default')"),
+)
+def cmd_import(args: argparse.Namespace) -> int:
+    from nbmemory.ingest.history import import_ipython_history
+
+    with _memory(args) as mem:
+        done = import_ipython_history(mem, args.path, namespace=args.ns)
+    print(done.summary())
+    return 0
+
+
 @command("status", "the folders kept current, and what live indexing has pending, is doing or failed", JSON)
 def cmd_status(args: argparse.Namespace) -> int:
     from nbmemory.cli.watch import print_status

@@ -724,6 +724,29 @@ class MemoryMagics(Magics):
         display(StatsView(stats))
 
     @magic_arguments()
+    @argument("source", choices=["ipython-history"], help="what to import: ipython-history")
+    @argument("path", nargs="?", help="the history file (default: this kernel's)")
+    @argument("--ns", help="namespace (default: the magics' namespace)")
+    @line_magic
+    def memimport(self, line: str) -> None:
+        """Import IPython's history: every session's inputs and recorded outputs, one item each,
+        timed by their session's start; running it again imports only what is new.
+
+        Example::
+
+            %memimport ipython-history
+            %memimport ipython-history ~/.ipython/profile_work/history.sqlite
+        """
+        args = _parse(self.memimport, line)
+        from nbmemory.ingest.history import import_ipython_history
+
+        hist_file = getattr(getattr(self.shell, "history_manager", None), "hist_file", None)
+        path = args.path or (str(hist_file) if hist_file and str(hist_file) != ":memory:" else None)
+        with _as_usage_errors():
+            done = import_ipython_history(self.memory, path, namespace=args.ns or self.namespace)
+        print(done.summary())
+
+    @magic_arguments()
     @argument("query", nargs="*", help="start with this search, the rest of the line verbatim")
     @magic_options(_START_NS, _START_KIND)
     @line_magic
