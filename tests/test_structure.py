@@ -79,6 +79,8 @@ FRONT_END_MAY_IMPORT = (
     "nbmemory.own_output",
     "nbmemory.progress",
     "nbmemory.demo",
+    # Reads IPython's history.sqlite in the caller's process and writes through the facade.
+    "nbmemory.ingest.history",
     *FRONT_ENDS,
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from nbmemory.errors import BadFileError, ConfigError
+from nbmemory.ingest.chat import chunk_chat
 from nbmemory.ingest.code import chunk_code
 from nbmemory.ingest.docx import chunk_docx
 from nbmemory.ingest.html import chunk_html, declared_charset
@@ -91,6 +92,7 @@ EXTENSIONS: dict[str, str] = {
     **dict.fromkeys(_HTML, "html"),
     ".pdf": "pdf",
     ".docx": "docx",
+    ".chat": "chat",
 }
 # Kinds read from the file's bytes by their library, never decoded as text.
 BINARY_KINDS = frozenset({"pdf", "docx"})
@@ -117,8 +119,8 @@ def kind_of(path: str) -> str | None:
     Returns
     -------
     str or None
-        ``"markdown"``, ``"notebook"``, ``"code"``, ``"text"``, ``"html"``, ``"pdf"`` or
-        ``"docx"``; None when files of this type are not ingested.
+        ``"markdown"``, ``"notebook"``, ``"code"``, ``"text"``, ``"html"``, ``"pdf"``,
+        ``"docx"`` or ``"chat"``; None when files of this type are not ingested.
     """
     ext = os.path.splitext(path)[1].lower()
     return EXTENSIONS.get(ext)
@@ -209,6 +211,8 @@ def chunk_text(path: str, text: str, kind: str, max_chars: int = MAX_CHARS) -> l
         return chunk_plain(text, max_chars, heading=os.path.basename(path))
     if kind == "html":
         return chunk_html(text, max_chars)
+    if kind == "chat":
+        return chunk_chat(path, text, max_chars)
     if kind in BINARY_KINDS:
         raise ConfigError(f"{kind} files are read from their bytes: use chunk_file, not chunk_text")
     raise ConfigError(f"unknown chunk kind {kind!r}; use one of {', '.join(sorted(FILE_KINDS))}")

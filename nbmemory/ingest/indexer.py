@@ -396,6 +396,9 @@ class Indexer:
                     line_end=draft.line_end,
                     page=draft.page,
                     tags=tags,
+                    event_at=draft.event_at,
+                    speaker=draft.speaker,
+                    conversation=draft.conversation,
                 )
             )
             if self.passages:

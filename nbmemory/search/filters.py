@@ -9,7 +9,7 @@ from typing import Any
 
 from nbmemory.errors import ConfigError
 
-KINDS = ("markdown", "notebook", "code", "text", "html", "pdf", "docx", "memory")
+KINDS = ("markdown", "notebook", "code", "text", "html", "pdf", "docx", "memory", "chat")
 _RELATIVE = re.compile(r"^\s*(\d+)\s*([mhdwy])\s*$")
 _UNITS = {
     "m": timedelta(minutes=1),

@@ -119,10 +119,13 @@ def _short_path(source: str) -> tuple[str, str]:
 
 def place(row: HitRow) -> str:
     """Where a chunk is, short, for an explanation: ``git/undo.md:3-20``, ``ops/deploy.ipynb, cell 4``
-    (cells count from 1), ``papers/x.pdf, page 3``, ``kernel-2.ipynb, In [5]`` or ``(remembered)``."""
+    (cells count from 1), ``papers/x.pdf, page 3``, ``kernel-2.ipynb, In [5]``, a chat's message
+    ``team.chat, message 4 (Jupyternaut)`` (from 1, deleted ones not counted) or ``(remembered)``."""
     if row.source is None:
         return "(remembered)"
     name, where = _short_path(row.source)
+    if row.cell_index is not None and row.kind == "chat":
+        return f"{name}, message {row.cell_index + 1}" + (f" ({row.speaker})" if row.speaker else "")
     if row.cell_index is not None and row.cell_id == f"in-{row.cell_index}":
         return f"{name}, In [{row.cell_index}]"
     if row.cell_index is not None:
