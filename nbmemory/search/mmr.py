@@ -79,6 +79,8 @@ def mmr(
 def scaled_relevance(ids: Sequence[int], relevance: Mapping[int, float]) -> np.ndarray:
     """The candidates' relevance min-max scaled to [0, 1] (all 1 when they are equal), in ``ids``
     order: the relevance term :func:`mmr` weighs by ``lam``."""
+    if not ids:
+        return np.zeros(0)  # a search whose filters match nothing has no candidates
     rel = np.array([relevance[i] for i in ids], dtype=np.float64)
     span = rel.max() - rel.min()
     return (rel - rel.min()) / span if span > 0 else np.ones_like(rel)

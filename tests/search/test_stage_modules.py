@@ -73,3 +73,12 @@ def test_the_search_stages_never_import_the_pipeline() -> None:
     stages = {m for m in edges if m.startswith("nbmemory.search.") and m != "nbmemory.search.pipeline"}
     assert {"nbmemory.search.noanswer", "nbmemory.search.tiers", "nbmemory.search.group"} <= stages
     assert sorted(m for m in stages if "nbmemory.search.pipeline" in edges[m]) == []
+
+
+def test_mmr_over_no_candidates_finds_nothing(fake_mem: Memory) -> None:
+    fake_mem.remember("the staging database is db-stg-12")
+    # A filter that matches nothing leaves MMR no candidates (it raised ValueError on an empty array).
+    result = fake_mem.search("staging database", k=3, path="nomatch/*", config=PipelineConfig(mmr=True))
+    assert result.hits == []
+    stage = result.trace.stage("mmr")
+    assert stage is not None and stage.output == []
