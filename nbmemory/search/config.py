@@ -53,6 +53,10 @@ class PipelineConfig:
         In convex fusion, a conversation turn (an item with a ``conversation``) is read with the
         turns around it, and a question naming one of the speakers favours that speaker's turns
         (:mod:`nbmemory.search.turns`). Items without a conversation are untouched.
+    time_words:
+        A query's own time words ("yesterday", "last week", "in March") narrow the search to
+        the items that happened then, when some did (:mod:`nbmemory.search.when`; the trace's
+        ``when`` says what was done).
     symbols:
         A query token made of punctuation more than letters (``g??``, ``$0``, ``:/``), which the
         full-text index drops, is one more keyword term, held where it is written as such
@@ -105,6 +109,7 @@ class PipelineConfig:
     fill_bm25: bool = True
     literal: bool = True
     turns: bool = True
+    time_words: bool = True
     symbols: bool = True
     rrf_k: int = 60
     weights: dict[str, float] = field(default_factory=lambda: dict(EQUAL_WEIGHTS))

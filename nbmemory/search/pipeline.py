@@ -25,11 +25,12 @@ and the trace's labels.
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nbmemory.errors import ConfigError
 from nbmemory.items import Hit
 from nbmemory.search import reject as reject_mod
+from nbmemory.search import when as when_mod
 from nbmemory.search.base import (
     Fusion,
     Query,
@@ -56,7 +57,7 @@ from nbmemory.search.supersede import supersede_stage
 from nbmemory.search.tiers import WEAK_LEXICAL, WEAK_SHARE, mark_weak, set_tiers
 from nbmemory.search.trace import Trace
 from nbmemory.search.vector import VectorRetriever
-from nbmemory.store.db import Database
+from nbmemory.store.db import Database, utcnow
 from nbmemory.store.rows import HitRow, fetch_rows
 
 if TYPE_CHECKING:
@@ -142,8 +143,9 @@ class SearchPipeline:
         # One query for every pass: its embedding, and the retrievers' scores a deeper pass cuts again.
         needs_vector = any(r.needs_vector for r in self.retrievers)
         q = Query(text, self.embedder if needs_vector else None)
+        filters, when = self._when(text, filters or Filters())
         while True:
-            result, trace = self._run(q, k, filters or Filters(), depth, pool_size)
+            result, trace = self._run(q, k, filters, depth, pool_size)
             passes += 1
             if result is None:
                 # Grouping left fewer than k sources among the candidates taken (a long note
@@ -152,11 +154,30 @@ class SearchPipeline:
                 depth, pool_size = depth * 4, depth * 8
                 continue
             result.trace.passes, result.trace.earlier_ms = passes, earlier_ms
+            result.trace.when = when
             after, objects_after = _gc_counts()
             ran = [b - a for a, b in zip(collections, after, strict=True)]
             result.trace.gc_collections = ran
             result.trace.gc_objects = objects_after - objects if not any(ran) else None
             return result
+
+    def _when(self, text: str, filters: Filters) -> tuple[Filters, dict[str, Any] | None]:
+        """``filters`` narrowed to the time the query's own words name, when some item happened
+        then (:mod:`nbmemory.search.when`), and what was done, for the trace."""
+        if not self.config.time_words:
+            return filters, None
+        window = when_mod.time_window(text, utcnow())
+        if window is None:
+            return filters, None
+        held = when_mod.happened_in(self.db, filters, window)
+        note = {
+            "words": window.words,
+            "since": window.since.isoformat(sep=" "),
+            "until": window.until.isoformat(sep=" "),
+            "happened_then": held,
+            "narrowed": held > 0,
+        }
+        return (when_mod.narrowed(filters, window) if held else filters), note
 
     def _run(
         self, q: Query, k: int, filters: Filters, depth: int, pool_size: int

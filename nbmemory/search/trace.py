@@ -57,6 +57,9 @@ class Trace:
     gc_objects: int | None = None
     #: Each item's place (file and lines or cell, or "remembered") for explain.
     labels: dict[int, str] = field(default_factory=dict)
+    #: What the query's own time words did (:mod:`nbmemory.search.when`): the words, the window,
+    #: the items that happened then and whether the search was narrowed to them; None without.
+    when: dict[str, Any] | None = None
 
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)
@@ -125,6 +128,8 @@ class Trace:
         collected = ", ".join(f"gen{g} x{n}" for g, n in enumerate(self.gc_collections) if n)
         gc_note = f", garbage collections: {collected}" if collected else ""
         lines = [f"query: {self.query!r}  ({self.total_ms:.1f} ms{passes}{gc_note})"]
+        if self.when is not None:
+            lines.append("[when] " + ", ".join(f"{k}={v}" for k, v in self.when.items()))
         for stage in self.stages:
             base = self.stage(stage.compare_to) if stage.compare_to else None
             previous = base.output if base is not None else None
@@ -160,6 +165,7 @@ class Trace:
             "earlier_ms": round(self.earlier_ms, 3),
             "gc_collections": list(self.gc_collections),
             "gc_objects": self.gc_objects,
+            "when": self.when,
             "stages": [
                 {
                     "name": s.name,

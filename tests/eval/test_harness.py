@@ -158,6 +158,7 @@ def test_stage_toggles_are_found_by_introspection(monkeypatch: pytest.MonkeyPatc
         "default-passages",
         "default-literal",
         "default-turns",
+        "default-time_words",
         "default-fill_bm25",
         "default-symbols",
         "default-supersede",
