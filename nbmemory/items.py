@@ -105,16 +105,22 @@ class Item:
             value = getattr(self, name)
             data[name] = value.isoformat() if value else None
         data["location"] = self.location
+        data["cell_number"] = cell_number(self.cell_index)
         return data
 
     @property
     def location(self) -> str:
         """``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``."""
-        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page)
+        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page, self.cell_id)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
         # Shown in a notebook, a stored item is nbmemory's own output: indexing leaves it out.
         return mimebundle(self, "Item")
+
+
+def cell_number(cell_index: int | None) -> int | None:
+    """The cell's number as JupyterLab shows it (from 1), for ``cell_index`` (from 0); None off a notebook."""
+    return None if cell_index is None else cell_index + 1
 
 
 def location(
@@ -123,20 +129,31 @@ def location(
     line_start: int | None,
     line_end: int | None,
     page: int | None = None,
+    cell_id: str | None = None,
 ) -> str:
     """Where a chunk is: ``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``.
 
-    A page is written as a PDF viewer's URL fragment, so the location also works as a link.
+    Cells count from 1, as JupyterLab numbers them (``cell_index`` counts from 0); a cell of the
+    kernel's history notebook is named by its execution count (``kernel-3.ipynb#In [5]``). A page
+    is written as a PDF viewer's URL fragment, so the location also works as a link.
     """
     if source is None:
         return "(remembered)"
     if cell_index is not None:
-        return f"{source}#cell {cell_index}"
+        history = cell_id == f"in-{cell_index}"
+        return f"{source}#In [{cell_index}]" if history else f"{source}#cell {cell_index + 1}"
     if page is not None:
         return f"{source}#page={page}"
     if line_start is not None:
         return f"{source}:{line_start}" + (f"-{line_end}" if line_end and line_end != line_start else "")
     return source
+
+
+#: What a hit's ``tier`` says, for the legends of every front end.
+TIER_MEANING = (
+    "tier (high, medium, low): how close in meaning the item is to the query, by the model's cosine "
+    "against levels set for this model; not a rank: an exact keyword match can be #1 and low"
+)
 
 
 @dataclass
@@ -185,13 +202,14 @@ class Hit:
 
     @property
     def location(self) -> str:
-        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page)
+        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page, self.cell_id)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
         data["event_at"] = self.event_at.isoformat() if self.event_at else None
         data["location"] = self.location
+        data["cell_number"] = cell_number(self.cell_index)
         data["found_by"] = self.found_by
         return data
 
