@@ -738,7 +738,8 @@ def test_memindex_with_no_path_indexes_the_kernels_cells(
     frame = ip.run_line_magic("memsearch", "kafka consumer lag alert --kind notebook").df
     hit = frame.row(0, named=True)
     assert "5000 messages" in hit["text"]
-    assert hit["location"].endswith(f"#cell {count}")
+    # The kernel's history notebook names a cell by its execution count, as the table does.
+    assert hit["location"].endswith(f"#In [{count}]")
     assert f", In [{count}]</" in display_of(ip, "memsearch", "kafka consumer lag alert --kind notebook")
     assert not any("%memsearch" in t for t in frame["text"].to_list())
 

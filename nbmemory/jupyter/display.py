@@ -1,7 +1,9 @@
 """Rich views of hits, items and stats: escaped HTML for notebooks, plain text for terminals.
 
 Every stored string goes through :func:`html.escape` before it reaches HTML, so a memory holding
-``<script>`` or ``<img onerror=...>`` renders as text. Hits from files carry
+``<script>`` or ``<img onerror=...>`` renders as text, and every view is marked for MathJax to
+leave alone (:data:`NO_MATH`), so a snippet holding two ``$`` (a shell prompt, an f-string) is not
+typeset as math. Hits from files carry
 ``data-nbmemory-path`` / ``data-nbmemory-cell`` / ``data-nbmemory-cell-id`` attributes (for the
 JupyterLab extension) and, when the Jupyter server root is known, an ``<a href>`` JupyterLab opens.
 """
@@ -15,12 +17,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nbmemory.items import Hit, Item
+from nbmemory.items import TIER_MEANING, Hit, Item
 from nbmemory.jupyter.notebook_context import Links
 from nbmemory.options import CLOSEST, WEAK_LABEL, plural, score_scale
 from nbmemory.own_output import mimebundle
 
 __all__ = [
+    "NO_MATH",
     "HitTable",
     "ItemView",
     "SearchHits",
@@ -33,6 +36,12 @@ __all__ = [
 
 _TD = "style='text-align:left;vertical-align:top'"
 _NUM = "style='text-align:right;vertical-align:top;white-space:nowrap'"
+#: Classes that tell MathJax to leave an element's text alone: ``mathjax_ignore`` for MathJax 3
+#: (JupyterLab 4, Notebook 7), ``tex2jax_ignore`` for MathJax 2 (the classic notebook). Escaping
+#: ``$`` as ``&#36;`` would not do: MathJax reads the text of the page, after entities are decoded.
+NO_MATH = "mathjax_ignore tex2jax_ignore"
+# Links look like links wherever they are shown: JupyterLab styles them in outputs, not in widgets.
+_LINK = "style='color:var(--jp-content-link-color,#0b57d0);text-decoration:underline'"
 
 
 def _short_path(source: str) -> str:
@@ -136,7 +145,7 @@ def location_html(
     if href is not None:
         target = " target='_blank' rel='noopener'" if widget else ""
         return (
-            f"<a class='nbmemory-loc' href='{html.escape(href, quote=True)}'{target} "
+            f"<a class='nbmemory-loc' href='{html.escape(href, quote=True)}'{target} {_LINK} "
             f"{' '.join(attrs)}>{label}</a>"
         )
     return f"<span class='nbmemory-loc' {' '.join(attrs)}>{label}</span>"
@@ -161,6 +170,15 @@ def more_label(hit: Hit) -> str:
     return f"+{len(hit.more)} more {unit + ' ' if unit else ''}in this file"
 
 
+def tier_html(hit: Hit) -> str:
+    """The hit's tier (``high``, ``medium``, ``low``) with what it means as its tooltip; empty
+    when the model has no tiers."""
+    if hit.tier == "none":
+        return ""
+    meaning = html.escape(TIER_MEANING, quote=True)
+    return f"<small class='nbmemory-tier' title='{meaning}'>{html.escape(hit.tier)}</small>"
+
+
 def parts_text(parts: Mapping[str, float] | None) -> str:
     """``bm25 0.0475 + cosine 0.4594 + passage 0.0200``: a score's parts as the ranking added them."""
     if not parts:
@@ -171,14 +189,16 @@ def parts_text(parts: Mapping[str, float] | None) -> str:
 def hit_row_html(
     hit: Hit, position: int, links: Links | None = None, parts: Mapping[str, float] | None = None
 ) -> str:
-    """One ``<tr>`` for a hit: rank, score (its parts in the tooltip), retriever ranks, location,
-    expandable text. A weak hit is not marked here: the table heads the weak ones with one line."""
+    """One ``<tr>`` for a hit: rank, score (its parts in the tooltip) and tier, retriever ranks,
+    location, expandable text. A weak hit is not marked here: the table heads the weak ones with
+    one line."""
     meta = [hit.kind, hit.namespace] + [f"#{t}" for t in hit.tags]
     if hit.more:
         meta.append(more_label(hit))
     tip = parts_text(parts)
     score_attrs = f"{_NUM} title='{html.escape(tip, quote=True)}'" if tip else _NUM
     heading = f"<div><b>{html.escape(hit.heading)}</b></div>" if hit.heading else ""
+    tier = tier_html(hit)
     body = (
         f"<details><summary>{html.escape(hit.snippet)}</summary>"
         f"<div style='white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace)'>"
@@ -186,7 +206,7 @@ def hit_row_html(
     )
     return (
         f"<tr data-nbmemory-id='{int(hit.id)}'>"
-        f"<td {_NUM}>{position}</td><td {score_attrs}>{hit.score:.4f}</td>"
+        f"<td {_NUM}>{position}</td><td {score_attrs}>{hit.score:.4f}{'<br>' + tier if tier else ''}</td>"
         f"<td {_NUM}>{_rank(hit, 'bm25')}</td><td {_NUM}>{_rank(hit, 'vector')}</td>"
         f"<td {_TD}>{location_html(hit, links)}<br><small>#{int(hit.id)} · "
         f"{html.escape(' · '.join(meta))}</small></td>"
@@ -239,7 +259,7 @@ class HitTable:
     def _repr_html_(self) -> str:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         if not self.hits:
-            return f"<div class='nbmemory-hits'>{head}<div><i>no results</i></div></div>"
+            return f"<div class='nbmemory-hits {NO_MATH}'>{head}<div><i>no results</i></div></div>"
         rows = ""
         shown = self.shown
         for i, h in enumerate(shown, start=1):
@@ -252,14 +272,17 @@ class HitTable:
             f"<table><thead><tr><th>#</th>{score_head}<th>bm25</th><th>vector</th>"
             f"<th {_TD}>source</th><th {_TD}>text</th></tr></thead><tbody>{rows}</tbody></table>"
         )
-        if self.scale:
-            table += f"<div class='nbmemory-scale'><small>{html.escape(self.scale)}; hover a score for its parts</small></div>"
+        legend = [f"{self.scale}; hover a score for its parts"] if self.scale else []
+        if any(h.tier != "none" for h in shown):
+            legend.append(TIER_MEANING)
+        if legend:
+            table += f"<div class='nbmemory-scale'><small>{html.escape('. '.join(legend))}</small></div>"
         if self.flagged:
             table = (
                 f"<details class='nbmemory-closest'><summary>show the {plural(len(shown), 'closest item')}"
                 f"</summary>{table}</details>"
             )
-        return f"<div class='nbmemory-hits'>{head}{table}</div>"
+        return f"<div class='nbmemory-hits {NO_MATH}'>{head}{table}</div>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
         return mimebundle(self, "HitTable")
@@ -314,7 +337,7 @@ class ItemView:
         meta = " · ".join(f"{k}: {html.escape(v)}" for k, v in self._fields())
         heading = f"<div><b>{html.escape(it.heading)}</b></div>" if it.heading else ""
         return (
-            f"<div class='nbmemory-item' data-nbmemory-id='{int(it.id)}'>"
+            f"<div class='nbmemory-item {NO_MATH}' data-nbmemory-id='{int(it.id)}'>"
             f"<div><b>#{int(it.id)}</b> {location_html(it, self.links)}</div>"
             f"<div><small>{meta}</small></div>{heading}"
             f"<pre style='white-space:pre-wrap'>{html.escape(it.text)}</pre></div>"
@@ -349,7 +372,7 @@ class StatsView:
             f"<tr><th {_TD}>{html.escape(str(k))}</th><td {_TD}>{html.escape(self._value(v))}</td></tr>"
             for k, v in self.stats.items()
         )
-        return f"<table class='nbmemory-stats'>{rows}</table>"
+        return f"<table class='nbmemory-stats {NO_MATH}'>{rows}</table>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
         return mimebundle(self, "StatsView")
@@ -368,7 +391,7 @@ class TextBlock:
 
     def _repr_html_(self) -> str:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
-        return f"<div>{head}<pre>{html.escape(self.text)}</pre></div>"
+        return f"<div class='{NO_MATH}'>{head}<pre>{html.escape(self.text)}</pre></div>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
         return mimebundle(self, "TextBlock")

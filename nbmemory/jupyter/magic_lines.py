@@ -3,13 +3,15 @@
 IPython hands each ``%mem*`` magic its line as one string; this module turns it into the
 magic's arguments. Options come before or after the query (``%memsearch token rotation -k 5``
 or ``%memsearch -k 5 token rotation``); a pasted command keeps the flags that are not the magic's
-own, and everything after ``--`` is the query. Quotes around a value or a one-piece query are
-dropped, an apostrophe inside a word (``don't``) is text, and the trailing ``;`` that silences
-the output is not part of the query. ``%remember`` takes its options first and the rest of the
-line, verbatim, as its text.
+own, and after a ``--`` that comes before the query everything is the query (a ``--`` inside
+the query is text: ``git checkout stash@{1} -- README.md``). Quotes around a value or a one-piece
+query are dropped, an apostrophe inside a word (``don't``) is text, and the trailing ``;`` that
+silences the output is not part of the query. ``%remember`` takes its options first and the rest
+of the line, verbatim, as its text.
 
-Here too: the option specs the searching magics share, the checks on ``-k`` and empty queries,
-and :func:`_as_usage_errors`, which shows nbmemory's errors as a message, not a traceback.
+Here too: the option specs the searching magics share, the checks on ``-k`` and on queries that
+are empty or hold no word (``?!...``), and :func:`_as_usage_errors`, which shows nbmemory's
+errors as a message, not a traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from IPython.core.magic_arguments import parse_argstring
 
 from nbmemory.errors import NbMemoryError
 from nbmemory.options import CHUNKS, KINDS, RETRIEVERS, Option, filter_options, magic_options
+from nbmemory.search.prefix import require_words
 
 # A word-internal apostrophe ("don't") is text, not the start of a quoted string.
 _APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
@@ -107,7 +110,7 @@ _CONTEXT_OPTIONS = (_BUDGET, _CONTEXT_K, *_FILTERS)
 _QUERY_HELP = (
     "words to search for, the rest of the line verbatim (quotes optional): a pasted command with "
     "its flags is searched as it is; options nbmemory knows are taken wherever they stand, and "
-    "everything after -- is the query"
+    "after a -- that comes before the query everything is the query"
 )
 # Actions whose option takes no value.
 _NO_VALUE = ("store_true", "store_false", "count")
@@ -146,7 +149,9 @@ def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Op
 
     A pasted shell command keeps its flags (``git reset --hard HEAD~``): a token is an option
     only when it is one of the magic's own, spelled out; a query that is one quoted string loses
-    its quotes. After ``--`` everything is the query, options of the magic's own included.
+    its quotes. A ``--`` before any word of the query ends the options: everything after it is
+    the query, options of the magic's own included. A ``--`` after a word of the query is a word
+    of it (``git checkout stash@{1} -- README.md`` is searched whole).
     """
     takes_value = {flag: o.settings.get("action") not in _NO_VALUE for o in options for flag in o.flags}
     tokens = _tokens(line)
@@ -158,7 +163,7 @@ def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Op
         text = tokens[i][0]
         flag, eq, value = text.partition("=")
         short = text[:2] if len(text) > 2 and not text.startswith("--") and text[2].isdigit() else ""
-        if text == "--":
+        if text == "--" and not runs:
             tail = line[tokens[i][2] :].strip()
             break
         if flag in takes_value and (eq == "" or takes_value[flag]):
@@ -206,9 +211,14 @@ def _ids_line(ids: list[int], most: int = 20) -> str:
 
 
 def _words(words: list[str] | str, what: str, example: str) -> str:
+    """The words given, as one string; a UsageError when there are none, or (for a query) when
+    they hold nothing to search for (no letter or digit)."""
     text = (words if isinstance(words, str) else " ".join(words)).strip()
     if not text:
         raise UsageError(f"no {what} given: try {example}")
+    if what == "query":
+        with _as_usage_errors():
+            require_words(text)
     return text
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
@@ -21,9 +22,10 @@ from traitlets import CaselessStrEnum, Float, Instance, Integer, List, Unicode, 
 
 from nbmemory.api import SearchResult
 from nbmemory.errors import NbMemoryError
-from nbmemory.items import Hit
+from nbmemory.forget_source import forget_source
+from nbmemory.items import TIER_MEANING, Hit
 from nbmemory.jupyter import plots
-from nbmemory.jupyter.display import location_html, more_label, parts_text
+from nbmemory.jupyter.display import location_html, more_label, parts_text, tier_html
 from nbmemory.jupyter.notebook_context import Links
 from nbmemory.options import CLOSEST, KINDS, WEAK_LABEL, plural, score_scale
 
@@ -45,7 +47,10 @@ HINT = (
 
 
 class ResultRow(widgets.VBox):
-    """One hit: header with score and retriever ranks, expandable text, and action buttons.
+    """One hit: header with score, tier and retriever ranks, expandable text, and action buttons.
+
+    A hit from a file stands for the file (results come one per file): its Forget forgets the
+    file, every chunk of it; a remembered text's forgets the item.
 
     Parameters
     ----------
@@ -67,12 +72,19 @@ class ResultRow(widgets.VBox):
         self.parts = dict(parts or {})
         self.header = widgets.HTML()
         self.body = widgets.HTML(_body_html(hit))
-        self.forget_button = widgets.Button(description="Forget", icon="trash", button_style="danger")
+        self.forget_button = widgets.Button(
+            description="Forget file" if hit.source else "Forget",
+            tooltip=_forget_tooltip(hit),
+            icon="trash",
+            button_style="danger",
+        )
         self.pin_button = widgets.Button(description="Pin", icon="thumb-tack")
         self.raise_button = widgets.Button(description="Importance +", icon="arrow-up")
         for button in (self.forget_button, self.pin_button, self.raise_button):
             button.layout = widgets.Layout(width="auto")
-        self.forget_button.on_click(lambda _: explorer.forget(self.hit.id))
+        self.forget_button.on_click(
+            lambda _: explorer.forget(self.hit.id, whole_source=bool(self.hit.source))
+        )
         self.pin_button.on_click(lambda _: explorer.toggle_pin(self.hit.id))
         self.raise_button.on_click(lambda _: explorer.raise_importance(self.hit.id))
         buttons = widgets.HBox([self.forget_button, self.pin_button, self.raise_button])
@@ -109,13 +121,21 @@ class ResultRow(widgets.VBox):
         tags = "".join(f" <code>#{html.escape(t)}</code>" for t in hit.tags)
         tip = parts_text(self.parts)
         score = f"<b title='{html.escape(tip, quote=True)}'>{hit.score:.4f}</b>" if tip else f"<b>{hit.score:.4f}</b>"
+        tier = tier_html(hit)
         self.header.value = (
-            f"<b>{self.position}.</b> score {score} <small>({ranks})</small> · "
+            f"<b>{self.position}.</b> score {score}{' ' + tier if tier else ''} <small>({ranks})</small> · "
             f"{location_html(hit, self.explorer.links, widget=True, short=True)}<br>"
             f"<small>{html.escape(hit.kind)} · {html.escape(hit.namespace)} · "
             f"importance {hit.importance:.1f} · #{int(hit.id)}"
             f"{' · ' + html.escape(more_label(hit)) if hit.more else ''}</small>{tags}"
         )
+
+
+def _forget_tooltip(hit: Hit) -> str:
+    if not hit.source:
+        return "Forget this item: it never appears in results again (Undo brings it back)"
+    also = f", the {len(hit.more)} more that matched among them" if hit.more else ""
+    return f"Forget this file: all its chunks{also} (Undo brings them back)"
 
 
 def _body_html(hit: Hit) -> str:
@@ -356,9 +376,11 @@ class MemoryExplorer(widgets.VBox):
             closest.selected_index = None
             return [notice, closest]
         children: list[widgets.Widget] = []
-        scale = score_scale(result)
-        if scale and self.rows:
-            children.append(widgets.HTML(f"<small>{html.escape(scale)}; hover a score for its parts</small>"))
+        legend = [f"{score_scale(result)}; hover a score for its parts"] if score_scale(result) else []
+        if any(row.hit.tier != "none" for row in self.rows):
+            legend.append(TIER_MEANING)
+        if legend and self.rows:
+            children.append(widgets.HTML(f"<small>{html.escape('. '.join(legend))}</small>"))
         for row in self.rows:
             if row.hit.weak and not any(r.hit.weak for r in self.rows[: row.position - 1]):
                 children.append(widgets.HTML(f"<i>{html.escape(WEAK_LABEL)}</i>", layout=widgets.Layout(flex="0 0 auto")))
@@ -385,19 +407,29 @@ class MemoryExplorer(widgets.VBox):
         self.chart_view.chart = self.chart
 
     # -- actions ----------------------------------------------------------------------------
-    def forget(self, item_id: int) -> None:
-        """Forget an item; it leaves the results at once, then the search runs again. An Undo
-        button shows for :data:`UNDO_SECONDS`."""
-        self.memory.forget(item_id)
+    def forget(self, item_id: int, whole_source: bool = False) -> list[int]:
+        """Forget an item, or with ``whole_source`` every chunk of its file (what Forget on a
+        file's hit does: :func:`~nbmemory.forget_source.forget_source`); it leaves the results at
+        once, then the search runs again. An Undo button shows for :data:`UNDO_SECONDS` and
+        brings back all that was forgotten. Returns the ids forgotten."""
+        ids = forget_source(self.memory, item_id) if whole_source else list(self.memory.forget(item_id))
+        ids = ids or [int(item_id)]
         with self._lock:
+            hits = self.result.hits if self.result is not None else []
+            hit = next((h for h in hits if h.id == item_id), None)
+            source = hit.source if whole_source and hit is not None else None
             if self.result is not None:
-                kept = [h for h in self.result.hits if h.id != item_id]
+                kept = [h for h in hits if h.id not in ids and (source is None or h.source != source)]
                 self.result = SearchResult(self.result.query, kept, self.result.trace)
-            self._notice = f"forgot #{int(item_id)}"
-            self.status_line.value = f"<small>{self._notice}</small>"
-            self.forgotten = [int(item_id)]
+            if source:
+                self._notice = f"forgot {Path(source).name} ({plural(len(ids), 'chunk')})"
+            else:
+                self._notice = f"forgot #{int(item_id)}"
+            self.status_line.value = f"<small>{html.escape(self._notice)}</small>"
+            self.forgotten = [int(i) for i in ids]
             self._offer_undo(True)
         self.schedule()
+        return ids
 
     def undo(self) -> list[int]:
         """Bring back what the last Forget forgot, and search again; returns the ids restored."""
