@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nbmemory.errors import NbMemoryError
+from nbmemory.items import TIER_MEANING
 from nbmemory.options import (
     CHUNKS,
     RETRIEVERS,
@@ -27,6 +29,7 @@ from nbmemory.options import (
     search_filters,
     tune_options,
 )
+from nbmemory.search.prefix import require_words
 
 DESCRIPTION = "nbmemory: a local-first personal memory with hybrid (BM25 + vector) search."
 
@@ -52,25 +55,44 @@ TURN_OPTIONS = (
 
 @dataclass(frozen=True)
 class Command:
-    """One ``nbmemory COMMAND``: its name, help text, handler and options (in help order)."""
+    """One ``nbmemory COMMAND``: its name, help text, handler and options (in help order), and
+    what its ``--help`` says after the options (``epilog``)."""
 
     name: str
     help: str
     run: Handler
     options: tuple[Option, ...]
+    epilog: str | None = None
 
 
 COMMANDS: list[Command] = []
 
 
-def command(name: str, help: str, *options: Option) -> Callable[[Handler], Handler]:
+def command(
+    name: str, help: str, *options: Option, epilog: str | None = None
+) -> Callable[[Handler], Handler]:
     """Register the decorated function as ``nbmemory <name>``, taking ``options``."""
 
     def register(fn: Handler) -> Handler:
-        COMMANDS.append(Command(name, help, fn, options))
+        COMMANDS.append(Command(name, help, fn, options, epilog))
         return fn
 
     return register
+
+
+def _existing(paths: Sequence[str]) -> None:
+    """Refuse, before the memory opens (and the model loads), a path that is not there."""
+    from pathlib import Path
+
+    for raw in paths:
+        path = Path(raw).expanduser()
+        try:
+            if path.exists():
+                continue
+            why = "a broken symlink" if path.is_symlink() else "no such file or folder"
+        except OSError as exc:  # a name longer than the system allows
+            why = f"cannot be read: {exc.strerror}"
+        raise NbMemoryError(f"{raw}: {why}; nothing was indexed")
 
 
 def _memory(args: argparse.Namespace, background: bool = True, **kwargs: Any) -> Any:
@@ -101,6 +123,7 @@ def _settings(args: argparse.Namespace) -> Any:
 def cmd_index(args: argparse.Namespace) -> int:
     from nbmemory.progress import index_bar
 
+    _existing(args.paths)
     # The bar is drawn here even when the owner indexes: it sends its progress back (phase,
     # files, chunks and passages embedded, rate, time left).
     with _memory(args) as mem, index_bar(not args.quiet) as bar:
@@ -121,8 +144,15 @@ def cmd_index(args: argparse.Namespace) -> int:
     Option("--explain", action="store_true", help="show the ranking trace, stage by stage"),
     RETRIEVERS,
     CHUNKS,
+    epilog=(
+        "Each hit reads [score tier] #id location (bm25 #rank, vector #rank). "
+        + TIER_MEANING[0].upper()
+        + TIER_MEANING[1:]
+        + ". A query without a letter or digit is refused (exit 1)."
+    ),
 )
 def cmd_search(args: argparse.Namespace) -> int:
+    require_words(args.query)
     with _memory(args) as mem:
         config = pipeline_config(args.retrievers, mem.settings.rrf_k, args.chunks)
         # plain: the owner's SearchResult as its fields, so this process never imports the search
@@ -147,6 +177,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
         return 0
     print_hits(result)
+    if any(h.tier != "none" for h in result.hits):
+        print(f"({TIER_MEANING})")
     if args.explain:
         print()
         print(result.trace.explain(top=args.k))
@@ -211,6 +243,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
     given = sum(bool(x) for x in (args.ids, args.query, args.path))
     if given != 1:
         raise NbMemoryError("forget needs ids, or --query TEXT, or --path PATH (exactly one)")
+    if args.query:
+        require_words(args.query)
     with _memory(args) as mem:
         if args.query and not args.yes:
             result = mem.search(args.query, k=args.k, namespace=args.ns, log=False)
@@ -636,7 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
         option.add_to(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=cmd.epilog)
         p.set_defaults(fn=cmd.run)
         for option in cmd.options:
             option.add_to(p)
@@ -648,16 +682,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.fn(args))
+        try:
+            args = build_parser().parse_args(argv)
+            code = int(args.fn(args))
+        finally:
+            # Flushed here, not at exit: a reader that went away is seen below.
+            sys.stdout.flush()
+        return code
     except NbMemoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted: everything committed so far is kept", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader stopped reading (`nbmemory search ... | head`): stop quietly, as cat does.
+        # What is left in the buffer goes nowhere, so the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command its pipe stopped
 
 
 if __name__ == "__main__":

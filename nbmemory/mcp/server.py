@@ -5,6 +5,7 @@ bearer token (:mod:`nbmemory.mcp.auth`)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from nbmemory.errors import ConfigError
 from nbmemory.mcp.auth import BearerAuth
 from nbmemory.mcp.tools import HOST, ClosableMemory, MemoryTools, Policy, shown_roots
 
-__all__ = ["build_server", "http_app", "serve"]
+__all__ = ["build_server", "http_app", "mcp_url", "serve"]
 
 INSTRUCTIONS = """\
 nbmemory is the user's personal memory: their notes, notebooks, code and documents, and what was
@@ -36,7 +37,8 @@ def _descriptions(policy: Policy) -> dict[str, str]:
         "search": (
             "Search the user's memory (notes, notebooks, code, documents, remembered snippets) with "
             "hybrid keyword + semantic search. One result per source: its best passage as `snippet`, "
-            "with `source` and `location` (file:lines, notebook#cell N, file.pdf#page=N); `more_ids` "
+            "with `source` and `location` (file:lines, notebook#cell N with N counted from 1 as "
+            "JupyterLab shows it and also given as `cell_number`, file.pdf#page=N); `more_ids` "
             "are the source's other matching chunks (read them with `get`). `rejected: true` means "
             "no confident answer: the hits are only the closest items, so say you found nothing "
             "certain. `weak: true` marks a hit neither keyword nor vector search supports. A hit "
@@ -118,6 +120,11 @@ def http_app(server: MCPServer, token: str | None) -> Any:
     return app if token is None else BearerAuth(app, token)
 
 
+def mcp_url(http_port: int) -> str:
+    """The URL of the streamable HTTP endpoint on ``http_port``: ``http://127.0.0.1:8765/mcp``."""
+    return f"http://{HOST}:{http_port}/mcp"
+
+
 def check_port(http_port: int | None) -> None:
     """A :class:`ConfigError` unless ``http_port`` is None (stdio) or a TCP port."""
     if http_port is not None and not 1 <= http_port <= 65535:
@@ -131,7 +138,8 @@ def serve(
     token: str | None = None,
 ) -> None:
     """Run the server until its client goes away: on stdio, or on ``HOST:http_port/mcp``, where
-    every request must carry ``Authorization: Bearer <token>`` (None: no check, ``--no-auth``)."""
+    every request must carry ``Authorization: Bearer <token>`` (None: no check, ``--no-auth``).
+    Over HTTP, once the port is bound, one line on stderr names the URL clients connect to."""
     check_port(http_port)
     tools = MemoryTools(open_memory, policy)
     server = build_server(tools)
@@ -142,6 +150,18 @@ def serve(
             import uvicorn
 
             config = uvicorn.Config(http_app(server, token), host=HOST, port=http_port, log_level="warning")
-            uvicorn.Server(config).run()
+            auth = "no token asked (--no-auth)"
+            if token is not None:
+                auth = "clients send 'Authorization: Bearer TOKEN'"
+            said = f"nbmemory: MCP server on {mcp_url(http_port)} ({auth}); Ctrl-C stops"
+
+            class Server(uvicorn.Server):
+                async def startup(self, sockets: Any = None) -> None:
+                    await super().startup(sockets)
+                    # Said once listening: a port that is taken ends the run with uvicorn's error.
+                    if self.started:
+                        print(said, file=sys.stderr, flush=True)
+
+            Server(config).run()
     finally:
         tools.close()

@@ -38,8 +38,10 @@ from typing_extensions import TypedDict
 
 from nbmemory.api import MemoryAPI
 from nbmemory.errors import ConfigError, NbMemoryError
+from nbmemory.items import cell_number
 from nbmemory.options import KINDS, link_outside, search_filters
 from nbmemory.safety import build_context, scan
+from nbmemory.search.prefix import require_words
 
 if TYPE_CHECKING:
     from nbmemory.items import Hit, Item
@@ -100,6 +102,7 @@ class HitData(TypedDict):
     id: int
     source: str | None
     location: str
+    cell_number: int | None
     heading: str
     kind: str
     namespace: str
@@ -133,6 +136,7 @@ class ItemData(TypedDict):
     kind: str
     source: str | None
     location: str
+    cell_number: int | None
     heading: str
     text: str
     tags: list[str]
@@ -376,7 +380,7 @@ class MemoryTools:
             ns = self.namespace(namespace)
             values = {"ns": ns, "kind": kind, "path": path, "tag": tags, "since": since, "until": until}
             values.update(speaker=speaker, conversation=conversation)
-            result = self.memory.search(query, k=k, **search_filters(values))
+            result = self.memory.search(require_words(query), k=k, **search_filters(values))
         return {
             "query": result.query,
             "namespace": ns,
@@ -462,7 +466,7 @@ class MemoryTools:
                 self.writable("forget")
             ns = self.namespace(namespace)
             if query is not None:
-                result = self.memory.search(query, k=k, namespace=ns, log=False)
+                result = self.memory.search(require_words(query), k=k, namespace=ns, log=False)
                 candidates = [_candidate(h.id, h.namespace, h.location, h.snippet) for h in result.hits]
                 if result.rejected and not dry:
                     raise NbMemoryError(
@@ -515,7 +519,7 @@ class MemoryTools:
         with _errors():
             values = {"ns": self.namespace(namespace), "kind": kind, "path": path, "tag": tags}
             values.update(since=since, until=until, speaker=speaker, conversation=conversation)
-            result = self.memory.search(query, k=k, **search_filters(values))
+            result = self.memory.search(require_words(query), k=k, **search_filters(values))
             # Nothing confident to put in a prompt: an empty block that says why (as %memcontext).
             block = build_context(
                 [] if result.rejected else result.hits, budget, query=query, no_answer=result.reason
@@ -618,6 +622,7 @@ def _hit(hit: Hit, full_text: bool) -> HitData:
         "id": hit.id,
         "source": hit.source,
         "location": hit.location,
+        "cell_number": data["cell_number"],
         "heading": hit.heading,
         "kind": hit.kind,
         "namespace": hit.namespace,
@@ -650,6 +655,7 @@ def _item(item: Item) -> ItemData:
         "kind": item.kind,
         "source": item.source,
         "location": item.location,
+        "cell_number": cell_number(item.cell_index),
         "heading": item.heading,
         "text": item.text,
         "tags": list(item.tags),
