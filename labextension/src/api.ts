@@ -14,7 +14,9 @@ export interface IHit {
   namespace: string;
   heading: string;
   cell_id: string | null;
+  /** From 0; `cell_number` is the same cell as JupyterLab numbers it, from 1. */
   cell_index: number | null;
+  cell_number?: number | null;
   line_start: number | null;
   line_end: number | null;
   page: number | null;
@@ -33,6 +35,8 @@ export interface IHit {
 
 export interface ISearchResult {
   query: string;
+  /** The query that ran: with `prefix`, its last word stands for the indexed words it begins. */
+  searched?: string;
   k: number;
   ms: number;
   hits: IHit[];
@@ -138,6 +142,13 @@ export interface ISearchOptions {
   explain?: boolean;
   /** Every matching chunk rather than one result per file. */
   chunks?: boolean;
+  /** Read the last word, unless a space ends the query, as the beginning of a word (as you type). */
+  prefix?: boolean;
+}
+
+/** Whether a query holds something to search for: a letter or a digit (the server refuses others). */
+export function hasWords(query: string): boolean {
+  return /[\p{L}\p{Nd}]/u.test(query);
 }
 
 /** Call the nbmemory REST API; a non-2xx answer throws an APIError carrying the server's message. */
@@ -192,6 +203,9 @@ export function search(
   if (options.chunks) {
     params.set('chunks', '1');
   }
+  if (options.prefix) {
+    params.set('prefix', '1');
+  }
   return requestAPI<ISearchResult>(`search?${params.toString()}`);
 }
 
@@ -225,6 +239,14 @@ export function updateItem(
 
 export function forgetItem(id: number): Promise<{ forgotten: number[] }> {
   return requestAPI(`items/${id}`, { method: 'DELETE' });
+}
+
+/** Forget every chunk of the file item `id` comes from (the item alone when it has none). */
+export function forgetSource(id: number): Promise<{ forgotten: number[] }> {
+  return requestAPI('forget', {
+    method: 'POST',
+    body: JSON.stringify({ source_of: id })
+  });
 }
 
 /** Bring forgotten items back (the undo of a forget); answers the ids restored. */

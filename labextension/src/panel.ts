@@ -13,9 +13,12 @@ import {
   formatParts,
   formatRanks,
   forgetItem,
+  forgetSource,
+  hasWords,
   indexLine,
   locationLabel,
   restoreItems,
+  baseName,
   search,
   startIndex,
   startTune,
@@ -79,10 +82,11 @@ export class MemoryPanel extends Widget {
     this._input.type = 'search';
     this._input.placeholder = 'Search memory';
     this._input.setAttribute('aria-label', 'Search memory');
-    this._input.addEventListener('input', () => this._schedule());
+    // Typed: the last word may be unfinished, so it is searched as the beginning of a word.
+    this._input.addEventListener('input', () => this._schedule(true));
     this._input.addEventListener('keydown', event => {
       if (event.key === 'Enter') {
-        void this.refresh();
+        void this.refresh(true);
       }
     });
 
@@ -453,34 +457,49 @@ export class MemoryPanel extends Widget {
     }
   }
 
-  /** Search again with the current query and filters; a search overtaken by a newer one is dropped. */
-  async refresh(): Promise<void> {
+  /**
+   * Search again with the current query and filters; a search overtaken by a newer one is
+   * dropped. `typed`: the query is being typed, so its last word, unless a space ends it, is
+   * searched as the beginning of a word (`pelic` finds "pelican").
+   */
+  async refresh(typed = false): Promise<void> {
     window.clearTimeout(this._timer);
     const query = this._input.value.trim();
     const ticket = ++this._ticket;
-    if (!query) {
+    if (!query || !hasWords(query)) {
       this._results.replaceChildren();
       delete this._results.dataset.query;
       this._explain.hidden = true;
-      this._setStatus('');
+      this._setStatus(
+        query ? 'Type a word to search for (a letter or a digit)' : ''
+      );
       return;
     }
     this._setStatus('Searching…');
+    const chunks = this._chunksToggle.checked;
     try {
-      const result = await search(query, {
-        k: this.topK,
-        namespace: this._namespace.value.trim() || this.defaultNamespace,
-        kind: this._kind.value,
-        explain: this._explainToggle.checked,
-        chunks: this._chunksToggle.checked
-      });
+      const result = await search(
+        typed ? this._input.value.trimStart() : query,
+        {
+          k: this.topK,
+          namespace: this._namespace.value.trim() || this.defaultNamespace,
+          kind: this._kind.value,
+          explain: this._explainToggle.checked,
+          chunks,
+          prefix: typed
+        }
+      );
       if (ticket !== this._ticket) {
         return;
       }
-      this._render(result);
+      this._render(result, !chunks);
       this._results.dataset.query = query;
       const n = result.hits.length;
       this._setStatus(`${n} ${n === 1 ? 'hit' : 'hits'} in ${result.ms} ms`);
+      this._status.title =
+        result.searched && result.searched !== query
+          ? `Searched for: ${result.searched}`
+          : '';
       this._explain.hidden = !this._explainToggle.checked;
       this._explain.textContent = result.explain ?? '';
     } catch (error) {
@@ -490,9 +509,12 @@ export class MemoryPanel extends Widget {
     }
   }
 
-  private _schedule(): void {
+  private _schedule(typed = false): void {
     window.clearTimeout(this._timer);
-    this._timer = window.setTimeout(() => void this.refresh(), DEBOUNCE_MS);
+    this._timer = window.setTimeout(
+      () => void this.refresh(typed),
+      DEBOUNCE_MS
+    );
   }
 
   private _setStatus(text: string, error = false): void {
@@ -506,7 +528,8 @@ export class MemoryPanel extends Widget {
     this._tuneStatus.classList.toggle('jp-mod-error', error);
   }
 
-  private _render(result: ISearchResult): void {
+  /** Show a search's hits; `grouped`: one per file, so a file's hit stands for the file. */
+  private _render(result: ISearchResult, grouped = true): void {
     const rows: HTMLLIElement[] = [];
     const scale = result.scale ?? '';
     if (result.rejected && result.hits.length) {
@@ -518,7 +541,7 @@ export class MemoryPanel extends Widget {
       const fold = el('li', 'jp-nbmemory-closest');
       const details = el('details');
       const list = el('ul', 'jp-nbmemory-closest-list');
-      list.append(...closest.map(hit => this._renderHit(hit, scale)));
+      list.append(...closest.map(hit => this._renderHit(hit, scale, grouped)));
       details.append(
         el(
           'summary',
@@ -537,12 +560,12 @@ export class MemoryPanel extends Widget {
         rows.push(el('li', 'jp-nbmemory-separator', WEAK_LABEL));
         weakShown = true;
       }
-      rows.push(this._renderHit(hit, scale));
+      rows.push(this._renderHit(hit, scale, grouped));
     }
     this._results.replaceChildren(...rows);
   }
 
-  private _renderHit(hit: IHit, scale = ''): HTMLLIElement {
+  private _renderHit(hit: IHit, scale = '', grouped = true): HTMLLIElement {
     const li = el('li', 'jp-nbmemory-hit');
     li.dataset.id = String(hit.id);
     if (hit.path) {
@@ -608,15 +631,29 @@ export class MemoryPanel extends Widget {
     }
 
     const actions = el('div', 'jp-nbmemory-actions');
-    const forget = el('button', 'jp-nbmemory-forget', 'Forget');
-    forget.title = 'Forget this item: it never appears in results again';
+    // One result per file: the hit stands for its file, and forgetting its chunk alone would
+    // bring the file back with its next chunk. So Forget forgets the file, every chunk of it.
+    const wholeFile = grouped && hit.source !== null;
+    const forget = el(
+      'button',
+      'jp-nbmemory-forget',
+      wholeFile ? 'Forget file' : 'Forget'
+    );
+    forget.title = wholeFile
+      ? 'Forget this file: all its chunks leave the results (Undo brings them back)'
+      : 'Forget this item: it never appears in results again';
     forget.addEventListener('click', async () => {
       try {
-        const { forgotten } = await forgetItem(hit.id);
-        li.replaceWith(
-          this._undoRow(hit, forgotten.length ? forgotten : [hit.id])
+        const { forgotten } = wholeFile
+          ? await forgetSource(hit.id)
+          : await forgetItem(hit.id);
+        const ids = forgotten.length ? forgotten : [hit.id];
+        li.replaceWith(this._undoRow(hit, ids, wholeFile));
+        this._setStatus(
+          wholeFile
+            ? `Forgot ${this._fileName(hit)} (${ids.length} chunk${ids.length === 1 ? '' : 's'})`
+            : `Forgot #${hit.id}`
         );
-        this._setStatus(`Forgot #${hit.id}`);
       } catch (e) {
         this._setStatus((e as Error).message, true);
       }
@@ -653,20 +690,29 @@ export class MemoryPanel extends Widget {
     return li;
   }
 
+  /** The file a hit comes from, by its name. */
+  private _fileName(hit: IHit): string {
+    return baseName(hit.path ?? hit.source ?? '');
+  }
+
   /**
-   * What stands in a forgotten hit's place for `UNDO_MS`: "Forgot <where>" and an Undo button
-   * that brings the item back and searches again (the hit comes back in its place).
+   * What stands in a forgotten hit's place for `UNDO_MS`: "Forgot <where>" (a whole file: its
+   * name and how many chunks) and an Undo button that brings back all of `ids` and searches
+   * again (the hit comes back in its place).
    */
-  private _undoRow(hit: IHit, ids: number[]): HTMLLIElement {
+  private _undoRow(hit: IHit, ids: number[], wholeFile = false): HTMLLIElement {
     const row = el('li', 'jp-nbmemory-undo-row');
     row.dataset.id = String(hit.id);
     const undo = el('button', 'jp-nbmemory-undo', 'Undo');
-    undo.title = 'Bring this item back';
+    undo.title = wholeFile ? 'Bring this file back' : 'Bring this item back';
+    const chunks = `${ids.length} chunk${ids.length === 1 ? '' : 's'}`;
     row.append(
       el(
         'span',
         'jp-nbmemory-undo-text',
-        `Forgot #${hit.id} · ${locationLabel(hit)}`
+        wholeFile
+          ? `Forgot ${this._fileName(hit)} (${chunks})`
+          : `Forgot #${hit.id} · ${locationLabel(hit)}`
       ),
       undo
     );
@@ -678,9 +724,11 @@ export class MemoryPanel extends Widget {
         const { restored } = await restoreItems(ids);
         row.remove();
         await this.refresh();
-        const said = restored.length
-          ? `Restored #${restored.join(', #')}`
-          : 'Nothing to restore';
+        const said = !restored.length
+          ? 'Nothing to restore'
+          : wholeFile
+            ? `Restored ${this._fileName(hit)} (${restored.length} chunk${restored.length === 1 ? '' : 's'})`
+            : `Restored #${restored.join(', #')}`;
         this._setStatus(`${said} · ${this._status.textContent}`);
       } catch (e) {
         undo.disabled = false;

@@ -23,11 +23,14 @@ from tornado.ioloop import IOLoop
 
 from nbmemory.api import PipelineConfig
 from nbmemory.errors import NbMemoryError, NotFoundError
+from nbmemory.forget_source import forget_source
+from nbmemory.items import cell_number
 from nbmemory.jobs import IndexJob, TuneJob, error_text
 from nbmemory.options import (
     TUNE_OPTIONS,
     filter_options,
     link_outside,
+    local_memory,
     owned_memory,
     pipeline_config,
     query_sources,
@@ -36,6 +39,7 @@ from nbmemory.options import (
     to_jsonable,
     tune_options,
 )
+from nbmemory.search.prefix import expand_last_word, require_words
 from nbmemory.server.state import ServerState
 
 MAX_K = 200
@@ -204,37 +208,61 @@ class MemoryHandler(APIHandler):
 def _item_dict(item: Any, root: Path) -> dict[str, Any]:
     data = dataclasses.asdict(item)
     data["location"] = item.location
+    data["cell_number"] = cell_number(item.cell_index)
     data["path"] = _relative(item.source, root)
     return data
 
 
+def _typed(memory: Any, query: str) -> str:
+    """``query`` with its last word read as a prefix (:func:`~nbmemory.search.prefix.expand_last_word`),
+    when this process owns the memory; as it is when another process does (the index's terms
+    are read here, and a client has no index of its own)."""
+    local = local_memory(memory)
+    return query if local is None else expand_last_word(local.db, query)
+
+
 class SearchHandler(MemoryHandler):
-    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&speaker=&conversation=&explain=1&chunks=1``.
+    """``GET /nbmemory/search?q=&k=&ns=&kind=&tag=&path=&since=&until=&speaker=&conversation=``
+    ``&explain=1&chunks=1&prefix=1``.
 
     Results come one per file (``more``: the file's other chunks) unless ``chunks=1``;
     ``rejected``/``reason`` flag a search with no confident answer (its hits are kept). Each hit's
     ``parts`` are what its score is made of (they sum to it); ``scale`` says what a score is.
+    ``prefix=1`` (the sidebar, as you type) reads the last word, unless a space ends ``q``, as the
+    beginning of a word: it stands for the indexed words it begins, and ``searched`` is the query
+    that ran. A ``q`` without a letter or digit answers 400: there is nothing to search for.
     """
 
     @tornado.web.authenticated
     async def get(self) -> None:
-        query = self.get_query_argument("q", "").strip()
+        raw = self.get_query_argument("q", "", strip=False)
+        query = raw.strip()
         if not query:
             raise _fail(400, "q is required")
+        try:
+            require_words(query)
+        except NbMemoryError as exc:
+            raise _fail(400, str(exc)) from exc
         k = self.int_arg("k", self.get_query_argument("k", None), 10)
         kwargs = self.search_filters()
         explain = self.get_query_argument("explain", "0").lower() in ("1", "true", "yes")
         chunks = self.get_query_argument("chunks", "0").lower() in ("1", "true", "yes")
+        prefix = self.get_query_argument("prefix", "0").lower() in ("1", "true", "yes")
         started = time.perf_counter()
         if chunks:
             kwargs["config"] = pipeline_config(None, PipelineConfig().rrf_k, chunks=True)
-        result = await self.call(lambda mem: mem.search(query, k, **kwargs))
+        # A trailing space says the last word is finished: it is kept for the expansion to see.
+        searched = query
+        if prefix:
+            searched = (await self.call(lambda mem: _typed(mem, raw.lstrip()))).strip()
+        result = await self.call(lambda mem: mem.search(searched, k, **kwargs))
         hits = self.hits(result.hits)
         parts = result.parts()
         for hit in hits:
             hit["parts"] = parts.get(hit["id"], {})
         data: dict[str, Any] = {
             "query": query,
+            "searched": searched,
             "k": k,
             "ms": round((time.perf_counter() - started) * 1000, 1),
             "hits": hits,
@@ -389,15 +417,22 @@ class ItemHandler(MemoryHandler):
 
 
 class ForgetHandler(MemoryHandler):
-    """``POST /nbmemory/forget`` with ``{query, k, namespace}`` or ``{path}`` (inside the root)."""
+    """``POST /nbmemory/forget`` with ``{query, k, namespace}``, ``{path}`` (inside the root) or
+    ``{source_of: ID}``: every chunk of item ID's file, in its namespace (the sidebar's Forget on
+    a file's hit; the item alone when it has no file). ``{forgotten: [...]}`` names the ids, which
+    ``POST restore`` brings back."""
 
     @tornado.web.authenticated
     async def post(self) -> None:
         body = self.body()
-        query, path = body.get("query"), body.get("path")
-        if (query is None) == (path is None):
-            raise _fail(400, "forget needs exactly one of query or path")
-        if query is not None:
+        query, path, source_of = body.get("query"), body.get("path"), body.get("source_of")
+        if sum(x is not None for x in (query, path, source_of)) != 1:
+            raise _fail(400, "forget needs exactly one of query, path or source_of")
+        if source_of is not None:
+            if isinstance(source_of, bool) or not isinstance(source_of, int):
+                raise _fail(400, f"source_of must be an item id, got {source_of!r}"[:300])
+            ids = await self.call(lambda mem: forget_source(mem, source_of))
+        elif query is not None:
             if not isinstance(query, str) or not query.strip():
                 raise _fail(400, "query must be a non-empty string")
             k = self.int_arg("k", body.get("k"), 1)

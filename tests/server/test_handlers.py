@@ -349,7 +349,7 @@ async def test_forget_by_query_and_related(jp_fetch: Any) -> None:
     assert a["id"] not in [h["id"] for h in related["hits"]]
 
     bad = await call(jp_fetch, "POST", "forget", body={"query": "x", "path": "y"})
-    assert bad.code == 400 and "exactly one of query or path" in payload(bad)["message"]
+    assert bad.code == 400 and "exactly one of query, path or source_of" in payload(bad)["message"]
     gone = payload(await call(jp_fetch, "POST", "forget", body={"query": "kafka consumer lag alert", "k": 1}))
     assert gone == {"forgotten": [a["id"]]}
 
@@ -392,7 +392,8 @@ async def test_index_a_notebook_job_and_open_at_cell(jp_fetch: Any, jp_root_dir:
     ]
     assert hits[0]["path"] == "notes/deploy.ipynb"
     assert hits[0]["cell_index"] == 1 and hits[0]["cell_id"]
-    assert hits[0]["location"].endswith("deploy.ipynb#cell 1")
+    # Cells count from 1 in what people and agents read, as in JupyterLab.
+    assert hits[0]["location"].endswith("deploy.ipynb#cell 2") and hits[0]["cell_number"] == 2
 
     forgotten = payload(await call(jp_fetch, "POST", "forget", body={"path": "notes/deploy.ipynb"}))
     assert len(forgotten["forgotten"]) == 3
