@@ -81,6 +81,11 @@ FRONT_END_MAY_IMPORT = (
     "nbmemory.demo",
     # Reads IPython's history.sqlite in the caller's process and writes through the facade.
     "nbmemory.ingest.history",
+    # A query's words as the index reads them: refused before anything loads, the last one read
+    # as a prefix (in the owner only: a facade operation would serve clients too).
+    "nbmemory.search.prefix",
+    # Forget a hit's whole file: two facade calls (get, forget by path).
+    "nbmemory.forget_source",
     *FRONT_ENDS,
 )
 
