@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbmemory.errors import NbMemoryError
 from nbmemory.search.filters import KINDS
-from nbmemory.search.turns import CONTEXT_SHARE, SPEAKER_GAIN
 
 if TYPE_CHECKING:
     import argparse
@@ -215,11 +214,12 @@ def score_scale(result: SearchResult) -> str:
     then = "; then changed by " + ", ".join(s.name for s in stages if s.parts and s is not fusion) if later else ""
     if fusion.name == "convex":
         turns = ""
-        if "turns" in fusion.notes:
+        said = fusion.notes.get("turns")
+        if isinstance(said, dict):
             turns = (
-                f"; a conversation turn's keyword share also gains {CONTEXT_SHARE:g} x its best "
-                f"neighbour's, and a turn by the speaker, or said on the date, the question names "
-                f"gains {SPEAKER_GAIN:g} for each"
+                f"; a conversation turn's keyword share also gains {said.get('neighbour_share', 0):g} x "
+                f"its best neighbour's, and a turn by the speaker, or said on the date, the question "
+                f"names gains {said.get('gain', 0):g} for each"
             )
         return (
             f"score = {weights.get('vector', 0.8):g} x cosine (the best passage's when higher) + "

@@ -22,7 +22,7 @@ from nbmemory.search.evidence import lexical_evidence, query_idfs
 from nbmemory.search.filters import Filters
 from nbmemory.search.pool import cosines, stored_once
 from nbmemory.search.trace import Trace
-from nbmemory.search.turns import Turns, turns_of, vector_weight
+from nbmemory.search.turns import CONTEXT_SHARE, SPEAKER_GAIN, Turns, turns_of, vector_weight
 from nbmemory.store import passages
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows
@@ -232,6 +232,8 @@ class ConvexFusion:
                     "vector_weight": round(turn_alpha, 3),
                     "speaker": turns.named,
                     "dates": [str(p) for p in turns.dates],
+                    "neighbour_share": CONTEXT_SHARE,
+                    "gain": SPEAKER_GAIN,
                 }
             fused = convex(sides, weights)[:pool_size]
             stage.notes.update(weights={n: round(w, 3) for n, w in shown.items()}, why=why)
