@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -133,6 +133,22 @@ class MemoryAPI(Protocol):
         """
         ...
 
+    def capture(self, runs: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> list[int]:
+        """Store executed cells (runs), one item of kind ``execution`` per notebook, cell and source.
+
+        Each run is a mapping: ``source`` (the code, required), ``at`` (when it ran; default
+        now), ``notebook``, ``cell_id`` and ``cell_index`` (where it came from), ``error`` and
+        ``traceback`` (a failed run's ``"ValueError: ..."`` and last traceback lines), ``output``
+        and ``output_chars`` (a plain-text part of what it printed and displayed, and how much
+        there was in all): see :mod:`nbmemory.executions`. A run of a cell already stored with
+        the same source moves that item's time and replaces its output and error instead of
+        adding a copy. Text is made plain (invalid UTF-8, control characters and binary output
+        are replaced, with a note), cut to its limits with its size said, and redacted before it
+        is stored; found by the very next search. Returns the item id of each run, in order.
+        What a kernel that loaded the extension sends by itself (``%memcapture``).
+        """
+        ...
+
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
         """Read one item; counts as an access unless ``touch=False``."""
         ...
@@ -164,12 +180,19 @@ class MemoryAPI(Protocol):
         k: int = 1,
         path: str | None = None,
         namespace: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
     ) -> list[int]:
         """Forget items by id, by the top ``k`` hits of ``query``, or by source ``path`` (a glob).
 
+        ``kind``, ``since`` and ``until`` select as in :meth:`search` (``since``/``until`` range
+        over when a thing happened), alone or narrowing ``path``: ``forget(kind="execution",
+        path="analysis.ipynb")`` forgets what was run in that notebook and keeps its indexed
+        cells, ``forget(kind="execution", since="2h")`` the cells captured in the last two hours.
         Forgotten items are soft-deleted (the row records when and why) and never returned by
-        search again; a forgotten file is not re-indexed. Returns the ids forgotten;
-        :meth:`restore` brings them back.
+        search again; a file forgotten by ``path`` alone is not re-indexed. Returns the ids
+        forgotten; :meth:`restore` brings them back.
         """
         ...
 

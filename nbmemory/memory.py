@@ -12,12 +12,14 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nbmemory import api, live, validate
+import numpy as np
+
+from nbmemory import api, executions, live, validate
 from nbmemory.active_model import ActiveModel, ModelPolicy
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
@@ -34,6 +36,7 @@ from nbmemory.search.pipeline import MAX_K, SearchPipeline
 from nbmemory.search.related import related
 from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
+from nbmemory.store import executions as execution_rows
 from nbmemory.store import fts, item_rows, passages, request_keys, vectors
 from nbmemory.store import roots as root_rows
 from nbmemory.store.db import Database, utcnow
@@ -287,6 +290,43 @@ class Memory:
             self._model.fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
         return new_ids
 
+    def capture(self, runs: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> list[int]:
+        validate.check_unicode(namespace, "namespace")
+        rows = executions.run_rows(runs, namespace or self.settings.namespace)
+        # A cell run twice in one batch is one item, at its last run.
+        last = {executions.run_key(row, source): i for i, (row, source) in enumerate(rows)}
+        unique = [rows[i] for i in sorted(last.values())]
+        with self._model.writing() as embedder:
+            earlier = []
+            for row, source in unique:
+                found = execution_rows.candidates(self.db, row, source)
+                earlier.append(next((c for c in found if executions.source_of(c[2], source)), None))
+            fresh = [row for (row, _), old in zip(unique, earlier, strict=True) if old is None]
+            changed = [
+                (old[0], row)
+                for (row, _), old in zip(unique, earlier, strict=True)
+                if old is not None and (old[1], old[2]) != (row.heading, row.text)
+            ]
+            written = fresh + [row for _, row in changed]
+            # A run again with the same output embeds nothing: only its time changes.
+            texts = [chunk_rows.embedding_text(r.heading, r.text) for r in written]
+            vecs = embedder.embed_documents(texts) if texts else np.empty((0, embedder.dim), dtype=np.float32)
+            postings = fts.postings_of(self.db, [(r.heading, r.text) for r in fresh])
+            with self.db.transaction():
+                new_ids = iter(chunk_rows.insert(self.db, fresh, vecs[: len(fresh)], utcnow(), postings))
+                vecs_changed = dict(zip((i for i, _ in changed), vecs[len(fresh) :], strict=True))
+                ids = []
+                for (row, _), old in zip(unique, earlier, strict=True):
+                    if old is None:
+                        ids.append(next(new_ids))
+                        continue
+                    execution_rows.ran_again(self.db, old[0], row, vecs_changed.get(old[0]))
+                    ids.append(old[0])
+            self._model.fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in written])
+        vectors.maybe_rebuild(self.db)
+        by_key = {executions.run_key(row, source): i for (row, source), i in zip(unique, ids, strict=True)}
+        return [by_key[executions.run_key(row, source)] for row, source in rows]
+
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
         self.flush()
         return item_rows.get(self.db, item_id, touch=touch, include_forgotten=include_forgotten)
@@ -340,9 +380,15 @@ class Memory:
         k: int = 1,
         path: str | None = None,
         namespace: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
     ) -> list[int]:
-        if sum(x is not None for x in (item_id, query, path)) != 1:
-            raise ConfigError("forget needs exactly one of: an id, query=..., path=...")
+        selected = path is not None or kind is not None or since is not None or until is not None
+        if sum(x is not None for x in (item_id, query)) + selected != 1:
+            raise ConfigError(
+                "forget needs exactly one of: an id, query=..., or path=... and/or kind=, since=, until="
+            )
         validate.check_fields(query=query, path=path, namespace=namespace)
         if item_id is not None:
             ids = item_rows.require_ids(self.db, item_id)
@@ -351,14 +397,15 @@ class Memory:
             ids = self.search(query, k=k, namespace=namespace, log=False).ids
             reason = f"query: {redact(query[:200]).text}"
         else:
-            assert path is not None
-            pattern = item_rows.path_pattern(path)
-            ids = item_rows.live_ids_under(self.db, pattern, namespace)
-            reason = f"path: {path}"
+            filters = validate.search_filters("", None, kind, None, (), since, until)
+            pattern = item_rows.path_pattern(path) if path is not None else None
+            ids = item_rows.live_ids_under(self.db, pattern, namespace, filters.sql())
+            given = {"path": path, "kind": kind, "since": since, "until": until}
+            reason = ", ".join(f"{name}: {value}" for name, value in given.items() if value is not None)
         with self.db.transaction():
             count = chunk_rows.soft_delete(self.db, ids, reason, utcnow())
-            if path is not None:
-                item_rows.forget_files(self.db, pattern, namespace)
+            if path is not None and kind is None and since is None and until is None:
+                item_rows.forget_files(self.db, item_rows.path_pattern(path), namespace)
         vectors.note_writes(self.db, count)
         if not vectors.maybe_rebuild(self.db) and count >= COMPACT_AFTER_DELETES:
             vectors.compact_index(self.db)

@@ -166,6 +166,7 @@ def test_every_operation_is_reachable_through_connect_with_the_declared_signatur
             "index": lambda m: m.index(notes).files_changed == 1,
             "remember": lambda m: m.remember("polars lazy frames").text == "polars lazy frames",
             "remember_many": lambda m: len(m.remember_many(["a note", "another note"])) == 2,
+            "capture": lambda m: m.get(m.capture([{"source": "print(1)"}])[0]).kind == "execution",
             "get": lambda m: m.get(item.id).text == item.text,
             "update": lambda m: m.update(item.id, importance=0.9).importance == 0.9,
             "link": lambda m: m.link(item.id, other.id, "related") is None,

@@ -9,7 +9,7 @@ from typing import Any
 
 from nbmemory.errors import ConfigError
 
-KINDS = ("markdown", "notebook", "code", "text", "html", "pdf", "docx", "memory", "chat")
+KINDS = ("markdown", "notebook", "code", "text", "html", "pdf", "docx", "memory", "execution", "chat")
 _RELATIVE = re.compile(r"^\s*(\d+)\s*([mhdwy])\s*$")
 _UNITS = {
     "m": timedelta(minutes=1),
@@ -60,7 +60,8 @@ class Filters:
     namespace:
         One namespace; ``None`` searches all of them.
     kinds:
-        Any of ``markdown``, ``notebook``, ``code``, ``text``, ``memory`` (remembered items).
+        Any of ``markdown``, ``notebook``, ``code``, ``text``, ``memory`` (remembered items),
+        ``execution`` (cells a kernel ran, :mod:`nbmemory.executions`).
     path:
         A glob on the source path, e.g. ``"*/ops/*.md"``.
     tags:

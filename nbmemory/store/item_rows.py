@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +91,28 @@ def path_pattern(path: str) -> str:
     return str(Path(path).expanduser().absolute()) if not any(c in path for c in "*?[") else path
 
 
-def live_ids_under(db: Database, pattern: str, namespace: str | None) -> list[int]:
-    where = "(source = ? OR source GLOB ?)"
-    params: list[Any] = [pattern, pattern]
+def live_ids_under(
+    db: Database,
+    pattern: str | None,
+    namespace: str | None,
+    condition: tuple[str, Sequence[Any]] = ("TRUE", ()),
+) -> list[int]:
+    """Live items from ``pattern`` (a path or glob; None: any source) in ``namespace`` (None:
+    any) that ``condition`` also selects (SQL on alias ``c`` and its parameters, e.g. a search's
+    ``Filters.sql()``)."""
+    where = [condition[0]]
+    params = list(condition[1])
+    if pattern is not None:
+        where.append("(c.source = ? OR c.source GLOB ?)")
+        params += [pattern, pattern]
     if namespace is not None:
-        where += " AND namespace = ?"
+        where.append("c.namespace = ?")
         params.append(namespace)
     return [
-        int(r[0]) for r in db.fetchall(f"SELECT id FROM chunks WHERE {where} AND deleted_at IS NULL", params)
+        int(r[0])
+        for r in db.fetchall(
+            f"SELECT c.id FROM chunks c WHERE {' AND '.join(where)} AND c.deleted_at IS NULL", params
+        )
     ]
 
 
