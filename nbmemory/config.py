@@ -68,6 +68,12 @@ def memory_paths(db_path: Path, own_folder: bool) -> list[Path]:
     return [db_path.parent, *paths] if own_folder else paths
 
 
+def capture_enabled() -> bool:
+    """Whether a kernel that loads the extension captures the cells it runs (``NBMEMORY_CAPTURE``:
+    on unless ``0``; ``%memcapture on|off`` and ``MemoryMagics.capture`` decide in one kernel)."""
+    return os.environ.get("NBMEMORY_CAPTURE", "1").strip() != "0"
+
+
 def set_torch_threads(threads: int | None) -> None:
     """``torch.set_num_threads(threads)`` unless ``threads`` is None."""
     if threads is None:

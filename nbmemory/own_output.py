@@ -25,6 +25,7 @@ from typing import Any
 #: The IPython magics of :class:`nbmemory.jupyter.magics.MemoryMagics` (a test keeps the two equal).
 MAGICS = frozenset(
     {
+        "memcapture",
         "memcontext",
         "memexplore",
         "memforget",

@@ -19,6 +19,9 @@ os.environ.setdefault("NBMEMORY_IDLE_SECONDS", "10")
 # One test process opens hundreds of memories: a freeze at each (nbmemory.long_lived) would keep
 # every earlier test's cyclic garbage for good. tests/test_long_lived.py checks it in a child.
 os.environ.setdefault("NBMEMORY_GC_FREEZE", "0")
+# A shell or kernel that loads the extension captures its cells: not into the memories of tests
+# about something else (tests/test_capture*.py turn it on).
+os.environ.setdefault("NBMEMORY_CAPTURE", "0")
 
 from hypothesis import settings
 

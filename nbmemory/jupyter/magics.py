@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -35,7 +36,9 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, observe, validate
 
+from nbmemory.config import capture_enabled
 from nbmemory.jobs import TuneJob
+from nbmemory.jupyter.capture import CaptureNotice, CellCapture
 from nbmemory.jupyter.display import SearchHits
 from nbmemory.jupyter.index_widget import WidgetIndexJob
 from nbmemory.jupyter.magic_lines import (
@@ -128,6 +131,12 @@ class MemoryMagics(Magics):
         help="Jupyter server root folder, for links to hit sources; found from the Jupyter runtime "
         "folder when unset.",
     ).tag(config=True)
+    capture = Bool(
+        None,
+        allow_none=True,
+        help="Capture each cell this kernel runs into the memory (%memcapture on|off). None: on "
+        "unless NBMEMORY_CAPTURE=0.",
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -141,6 +150,10 @@ class MemoryMagics(Magics):
         self.last_result: SearchResult | None = None
         # (time, source) of the cells run in this kernel, newest last.
         self._cells_run: deque[tuple[float, str]] = deque(maxlen=500)
+        # The capture thread opens the memory too: one of them opens it, the other waits.
+        self._opening = threading.Lock()
+        #: The capture of this kernel's cells (``%memcapture``), started by ``%load_ext``.
+        self.cell_capture = CellCapture(shell, lambda: self.memory, lambda: self.namespace)
 
     # -- the kernel's Memory ------------------------------------------------------------------
     @property
@@ -150,13 +163,15 @@ class MemoryMagics(Magics):
         Assign a :class:`~nbmemory.Memory` to use that one instead (the magics will not close it).
         """
         if self._memory is None:
-            # connect(): the kernel becomes the memory's owner, or the client of the Jupyter
-            # server / another kernel / a CLI run that owns it; never a lock error.
-            from nbmemory.remote import connect
+            with self._opening:
+                if self._memory is None:
+                    # connect(): the kernel becomes the memory's owner, or the client of the Jupyter
+                    # server / another kernel / a CLI run that owns it; never a lock error.
+                    from nbmemory.remote import connect
 
-            with _as_usage_errors():
-                self._memory = connect(self.db, home=self.home or None, model=self.model)
-            self._owns_memory = True
+                    with _as_usage_errors():
+                        memory = connect(self.db, home=self.home or None, model=self.model)
+                    self._memory, self._owns_memory = memory, True
         return self._memory
 
     @memory.setter
@@ -165,8 +180,22 @@ class MemoryMagics(Magics):
         self._memory = value
         self._owns_memory = False
 
+    def memory_path(self) -> Path | None:
+        """The memory file the magics use (or will open), without opening it; None if unknown."""
+        if self._memory is not None:
+            return Path(self._memory.path)
+        from nbmemory.config import Settings
+        from nbmemory.errors import NbMemoryError
+
+        try:
+            settings = Settings(home=Path(self.home)) if self.home else Settings()
+        except NbMemoryError:
+            return None
+        return settings.override(self.db).db_path
+
     def close(self) -> None:
         """Close the Memory the magics opened (a Memory assigned from outside is left open)."""
+        self.cell_capture.flush()  # the cells already run go to the memory they ran with
         if self._memory is not None and self._owns_memory:
             self._memory.close()
         self._memory = None
@@ -176,6 +205,18 @@ class MemoryMagics(Magics):
     def _store_changed(self, change: dict[str, Any]) -> None:
         # The next magic opens the file (or model) the new settings name.
         self.close()
+
+    @property
+    def capturing(self) -> bool:
+        """Whether this kernel captures its cells: ``capture``, else ``NBMEMORY_CAPTURE``."""
+        return capture_enabled() if self.capture is None else bool(self.capture)
+
+    @observe("capture")
+    def _capture_changed(self, change: dict[str, Any]) -> None:
+        if self.capturing:
+            self.cell_capture.start()
+        else:
+            self.cell_capture.stop()
 
     @validate("top_k", "context_budget")
     def _positive(self, proposal: dict[str, Any]) -> int:
@@ -707,7 +748,8 @@ class MemoryMagics(Magics):
     @argument("--json", action="store_true", help="print the figures as JSON")
     @line_magic
     def memstats(self, line: str) -> None:
-        """Counts by kind and namespace, file size, model and index state.
+        """Counts by kind and namespace, file size, model and index state; whether this kernel
+        captures the cells it runs.
 
         Example::
 
@@ -716,6 +758,7 @@ class MemoryMagics(Magics):
         args = _parse(self.memstats, line)
         with _as_usage_errors():
             stats = self.memory.stats()
+        stats["capture"] = self.cell_capture.status()
         if args.json:
             print(json.dumps(stats, indent=2, default=str))
             return
@@ -745,6 +788,86 @@ class MemoryMagics(Magics):
         with _as_usage_errors():
             done = import_ipython_history(self.memory, path, namespace=args.ns or self.namespace)
         print(done.summary())
+
+    @magic_arguments()
+    @argument(
+        "action",
+        nargs="?",
+        default="status",
+        choices=["on", "off", "status", "forget"],
+        help="on, off, status (the default) or forget",
+    )
+    @argument("--notebook", help="with forget: the runs of this notebook (a path or glob)")
+    @argument("--this", action="store_true", help="with forget: the runs of this kernel's notebook")
+    @argument("--since", help="with forget: runs since then: 2h, 30d or an ISO time")
+    @argument("--until", help="with forget: runs until then: 2h, 30d or an ISO time")
+    @argument("--all", action="store_true", help="with forget: every captured run")
+    @line_magic
+    def memcapture(self, line: str) -> None:
+        """Capture of the cells this kernel runs: turn it on or off, see it, forget what it stored.
+
+        With the extension loaded, each cell run here becomes an item of kind ``execution``
+        (found by ``%memsearch ... --kind execution``): its source, its error and the last lines
+        of its traceback, the start and end of its text output (no images, no widget state),
+        the notebook and cell, and when it ran. Running an unchanged cell again moves its time
+        instead of adding a copy. nbmemory's own cells and outputs are never captured; secrets
+        are redacted before anything is stored; nothing leaves this machine. It is on unless
+        ``NBMEMORY_CAPTURE=0`` (or ``MemoryMagics.capture = False``); ``%memcapture on`` turns it
+        on in this kernel whatever the default. ``forget`` soft-deletes captured runs by
+        notebook and time (``%memforget --undo`` brings them back).
+
+        Examples::
+
+            %memcapture off
+            %memcapture status
+            %memcapture forget --this --since 2h
+            %memcapture forget --notebook ~/work/scratch.ipynb
+        """
+        args = _parse(self.memcapture, line)
+        narrowed = args.notebook or args.this or args.since or args.until or args.all
+        if args.action != "forget" and narrowed:
+            raise UsageError(
+                "--notebook, --this, --since, --until and --all go with forget "
+                "(e.g. %memcapture forget --this --since 2h)"
+            )
+        if args.action == "forget":
+            self._forget_captured(args)
+            return
+        if args.action in ("on", "off"):
+            self.capture = args.action == "on"
+        print(
+            f"capture {self.cell_capture.status()}" + ("" if self.capturing else "; %memcapture on starts it")
+        )
+
+    def _forget_captured(self, args: Any) -> None:
+        if not (args.notebook or args.this or args.since or args.until or args.all):
+            raise UsageError(
+                "say which runs to forget: --this, --notebook PATH, --since WHEN, --until WHEN, "
+                "or --all (e.g. %memcapture forget --this --since 2h)"
+            )
+        if args.all and (args.notebook or args.this or args.since or args.until):
+            raise UsageError("--all forgets every captured run: give it alone")
+        if args.notebook and args.this:
+            raise UsageError("give --notebook PATH or --this, not both")
+        path = str(Path(args.notebook).expanduser()) if args.notebook else None
+        if args.this:
+            from nbmemory.jupyter.notebook_context import current_notebook
+
+            found = current_notebook(self.shell)
+            if found is None:
+                raise UsageError("this kernel's notebook is unknown: give --notebook PATH")
+            path = str(found)
+        self.cell_capture.flush()  # a cell already run is written before it is forgotten
+        with _as_usage_errors():
+            ids = self.memory.forget(
+                kind="execution", path=path, since=args.since, until=args.until, namespace=self.namespace
+            )
+        if ids:
+            self.forgotten = list(ids)
+        print(
+            f"forgot {_plural(len(ids), 'captured run')}"
+            + (f": {_ids_line(ids)} (undo: %memforget --undo)" if ids else "")
+        )
 
     @magic_arguments()
     @argument("query", nargs="*", help="start with this search, the rest of the line verbatim")
@@ -820,16 +943,20 @@ def unsaved_cells(notebook: Path, cells_run: Iterable[tuple[float, str]]) -> lis
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics (``%load_ext nbmemory``)."""
+    """Register the magics (``%load_ext nbmemory``) and start capturing cells unless it is off."""
     magics = MemoryMagics(ipython)
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.note_cell)
+    if magics.capturing:
+        magics.cell_capture.start()
+        display(CaptureNotice(magics.memory_path()))
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Close the Memory the magics opened (``%unload_ext nbmemory``)."""
     magics = ipython.magics_manager.registry.get("MemoryMagics")
     if magics is not None:
+        magics.cell_capture.close()
         magics.close()
         with suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.note_cell)
