@@ -223,6 +223,9 @@ def ip(
 ) -> Iterator[InteractiveShell]:
     monkeypatch.setenv("NBMEMORY_CAPTURE", "1")
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    if "nbmemory" in shell.extension_manager.loaded:
+        # The shell is the process's one instance: another test module may have loaded it.
+        shell.run_line_magic("unload_ext", "nbmemory")
     with capture_output() as cap:
         shell.run_line_magic("load_ext", "nbmemory")
     notice = str([o.data for o in cap.outputs])
