@@ -132,11 +132,12 @@ class Period:
         )
 
 
-_MONTHS = (
+#: Month names as a query writes them (:mod:`nbmemory.search.when` reads them too).
+MONTHS = (
     "January", "February", "March", "April", "May", "June",
     "July", "August", "September", "October", "November", "December",
 )  # fmt: skip
-_MONTH = "|".join(_MONTHS)
+_MONTH = "|".join(MONTHS)
 # Capitalised month names only: "may" is a verb. "October 13, 2023", "13 October 2023",
 # "July 2023", "June", "2023-10-13", "in 2023".
 _DATES = re.compile(
@@ -164,7 +165,7 @@ def named_dates(query: str) -> list[Period]:
         before = query[: m.start()].split()[-1:]
         if name == "May" and not (year or day) and [w.lower() for w in before] not in _MAY_AFTER:
             continue  # "May I ask": the verb
-        month = _MONTHS.index(name) + 1 if name else None
+        month = MONTHS.index(name) + 1 if name else None
         out.append(
             Period(int(year) if year else None, month, int(day) if day and month and 1 <= int(day) <= 31 else None)
         )
@@ -219,6 +220,8 @@ def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
 def turns_of(db: Database, query: str, candidates: list[int], filters: Filters | None = None) -> Turns | None:
     """The context of those ``candidates`` that are conversation turns, or None when none is.
     Neighbours that ``filters`` exclude play no part (the search is of what they let through)."""
+    if not _may_hold_turns(db):
+        return None
     rows = fetch_rows(db, candidates, HitRow)
     wanted = sorted(i for i, r in rows.items() if r.conversation)
     if not wanted:
@@ -235,6 +238,21 @@ def turns_of(db: Database, query: str, candidates: list[int], filters: Filters |
     if filters is not None and not filters.empty:
         turns.excluded = around - set(candidates) - set(_allowed(db, filters, sorted(around)))
     return turns
+
+
+def _may_hold_turns(db: Database) -> bool:
+    """False when the memory-resident index knows no live item has a conversation: a search of
+    notes then reads no candidate's row here. Kept until a write changes the rows."""
+    with db.lock:
+        index = hot.serving(db)
+        if index is None or "conversation" not in index.columns.present:
+            return True  # not known: the rows say
+        cols = index.columns
+        held = cols.derived.get("holds turns")
+        if held is None:
+            coded = cols.coded["conversation"]
+            held = cols.derived["holds turns"] = bool((index.live & (coded.codes != coded.code(None))).any())
+        return bool(held)
 
 
 def _neighbours(db: Database, ids: list[int]) -> dict[int, tuple[int, ...]]:

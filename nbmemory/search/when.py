@@ -16,12 +16,9 @@ from datetime import datetime, timedelta
 
 from nbmemory.search import filter_mask, hot
 from nbmemory.search.filters import Filters
+from nbmemory.search.turns import MONTHS
 from nbmemory.store.db import Database
 
-_MONTHS = (
-    "january", "february", "march", "april", "may", "june",
-    "july", "august", "september", "october", "november", "december",
-)  # fmt: skip
 _UNITS = {"day": 1, "week": 7}
 _WORDS = re.compile(
     r"""(?xi)
@@ -31,7 +28,7 @@ _WORDS = re.compile(
     | \b(?:in\s+the\s+)?(?:last|past)\s+(?P<n>\d{1,3})\s+(?P<nunit>day|week)s?\b
     | \b(?P<ago>\d{1,3})\s+(?P<agounit>day|week)s?\s+ago\b
     | \b(?:in|during|since)\s+(?P<month>January|February|March|April|May|June|July|August|September|October|November|December)\b(?!\s+\d)
-    """
+    """.replace("{months}", "|".join(MONTHS))
 )
 
 
@@ -70,7 +67,7 @@ def time_window(query: str, now: datetime) -> Window | None:
         days = int(m.group("ago")) * _UNITS[m.group("agounit").lower()]
         start = day - timedelta(days=days)
         return Window(start, start + timedelta(days=_UNITS[m.group("agounit").lower()]), words)
-    month = _MONTHS.index(m.group("month").lower()) + 1
+    month = [name.lower() for name in MONTHS].index(m.group("month").lower()) + 1
     year = now.year if month <= now.month else now.year - 1
     start = datetime(year, month, 1)
     end = datetime(year + (month == 12), month % 12 + 1, 1)
