@@ -220,8 +220,6 @@ def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
 def turns_of(db: Database, query: str, candidates: list[int], filters: Filters | None = None) -> Turns | None:
     """The context of those ``candidates`` that are conversation turns, or None when none is.
     Neighbours that ``filters`` exclude play no part (the search is of what they let through)."""
-    if not _may_hold_turns(db):
-        return None
     rows = fetch_rows(db, candidates, HitRow)
     wanted = sorted(i for i, r in rows.items() if r.conversation)
     if not wanted:
@@ -238,21 +236,6 @@ def turns_of(db: Database, query: str, candidates: list[int], filters: Filters |
     if filters is not None and not filters.empty:
         turns.excluded = around - set(candidates) - set(_allowed(db, filters, sorted(around)))
     return turns
-
-
-def _may_hold_turns(db: Database) -> bool:
-    """False when the memory-resident index knows no live item has a conversation: a search of
-    notes then reads no candidate's row here. Kept until a write changes the rows."""
-    with db.lock:
-        index = hot.serving(db)
-        if index is None or "conversation" not in index.columns.present:
-            return True  # not known: the rows say
-        cols = index.columns
-        held = cols.derived.get("holds turns")
-        if held is None:
-            coded = cols.coded["conversation"]
-            held = cols.derived["holds turns"] = bool((index.live & (coded.codes != coded.code(None))).any())
-        return bool(held)
 
 
 def _neighbours(db: Database, ids: list[int]) -> dict[int, tuple[int, ...]]:
