@@ -18,6 +18,7 @@ from nbmemory.errors import NbMemoryError
 from nbmemory.items import TIER_MEANING
 from nbmemory.options import (
     CHUNKS,
+    KINDS,
     RETRIEVERS,
     TUNE_OPTIONS,
     Option,
@@ -219,13 +220,23 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 @command(
     "forget",
-    "forget items by id, by --query or by --path (soft delete)",
+    "forget items by id, by --query, or by --path / --kind / --since / --until (soft delete)",
     Option("ids", nargs="*", type=int, help="item ids"),
     Option("--query", help="forget the top -k hits of this query (asks for --yes)"),
     Option("-k", type=int, default=1, help="with --query: how many hits (default 1)"),
     Option("--path", help="forget everything from this file (or glob)"),
+    Option(
+        "--kind",
+        action="append",
+        choices=KINDS,
+        help="forget the items of this kind, e.g. execution for captured cells (repeatable; asks for --yes)",
+    ),
+    Option(
+        "--since", help="forget what happened since then: an ISO date or an age (2h, 30d; asks for --yes)"
+    ),
+    Option("--until", help="forget what happened until then: an ISO date or an age (asks for --yes)"),
     Option("--ns", help="only in this namespace"),
-    Option("--yes", action="store_true", help="with --query: really forget"),
+    Option("--yes", action="store_true", help="with --query, --kind, --since or --until: really forget"),
     Option("--undo", action="store_true", help="bring the forgotten items with these ids back"),
 )
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -240,18 +251,35 @@ def cmd_forget(args: argparse.Namespace) -> int:
             f"restored {len(restored)} item(s)" + (f": {', '.join(map(str, restored))}" if restored else "")
         )
         return 0
-    given = sum(bool(x) for x in (args.ids, args.query, args.path))
+    # --kind, --since and --until select like --path (and narrow it): one way to choose, not two.
+    ranged = bool(args.kind or args.since or args.until)
+    given = sum(bool(x) for x in (args.ids, args.query, args.path or ranged))
     if given != 1:
-        raise NbMemoryError("forget needs ids, or --query TEXT, or --path PATH (exactly one)")
+        raise NbMemoryError(
+            "forget needs ids, or --query TEXT, or --path PATH and/or --kind/--since/--until (exactly one)"
+        )
     if args.query:
         require_words(args.query)
+    selection = {"path": args.path, "kind": args.kind or None, "since": args.since, "until": args.until}
     with _memory(args) as mem:
         if args.query and not args.yes:
             result = mem.search(args.query, k=args.k, namespace=args.ns, log=False)
             print(f"would forget {len(result.hits)} item(s); run again with --yes to forget them:")
             print_hits(result)
             return 0
-        ids = mem.forget(args.ids or None, query=args.query, k=args.k, path=args.path, namespace=args.ns)
+        if ranged and not args.yes:
+            ids = mem.forget(**selection, namespace=args.ns, dry_run=True)
+            print(f"would forget {len(ids)} item(s); run again with --yes to forget them")
+            for item_id in ids[:10]:
+                item = mem.get(item_id, touch=False)
+                print(f"  #{item.id} {item.location}")
+            if len(ids) > 10:
+                print(f"  ... and {len(ids) - 10} more")
+            return 0
+        if ranged:
+            ids = mem.forget(**selection, namespace=args.ns)
+        else:
+            ids = mem.forget(args.ids or None, query=args.query, k=args.k, path=args.path, namespace=args.ns)
     print(f"forgot {len(ids)} item(s)" + (f": {', '.join(map(str, ids[:20]))}" if ids else ""))
     if ids:
         shown = " ".join(map(str, ids)) if len(ids) <= 20 else "ID..."
@@ -385,6 +413,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from nbmemory.demo import run_demo
 
     return run_demo(home=args.home, db=args.db, model=args.model, quiet=args.quiet)
+
+
+@command(
+    "notebooks",
+    "copy the built-in notebooks (memory diagnostics, BEIR evaluation) into a folder",
+    Option("dir", nargs="?", default=".", metavar="DIR", help="where to copy them (default: this folder)"),
+    Option("--fresh", action="store_true", help="new copies beside any already there (name-1.ipynb, ...)"),
+    epilog="A copy you edited or ran is never overwritten; an unchanged copy of an older version is updated.",
+)
+def cmd_notebooks(args: argparse.Namespace) -> int:
+    from nbmemory.jupyter.builtin_notebooks import copy_all
+
+    for copied in copy_all(args.dir, fresh=args.fresh):
+        print(copied.describe())
+    print("open them in JupyterLab (`jupyter lab`), or from the Lab launcher's nbmemory section")
+    return 0
 
 
 def _owner_here(args: argparse.Namespace) -> Any:
