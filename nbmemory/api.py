@@ -183,6 +183,7 @@ class MemoryAPI(Protocol):
         kind: str | Sequence[str] | None = None,
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        dry_run: bool = False,
     ) -> list[int]:
         """Forget items by id, by the top ``k`` hits of ``query``, or by source ``path`` (a glob).
 
@@ -192,7 +193,8 @@ class MemoryAPI(Protocol):
         cells, ``forget(kind="execution", since="2h")`` the cells captured in the last two hours.
         Forgotten items are soft-deleted (the row records when and why) and never returned by
         search again; a file forgotten by ``path`` alone is not re-indexed. Returns the ids
-        forgotten; :meth:`restore` brings them back.
+        forgotten; :meth:`restore` brings them back. ``dry_run=True`` forgets nothing and returns
+        the ids that would go.
         """
         ...
 

@@ -383,6 +383,7 @@ class Memory:
         kind: str | Sequence[str] | None = None,
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        dry_run: bool = False,
     ) -> list[int]:
         selected = path is not None or kind is not None or since is not None or until is not None
         if sum(x is not None for x in (item_id, query)) + selected != 1:
@@ -402,6 +403,8 @@ class Memory:
             ids = item_rows.live_ids_under(self.db, pattern, namespace, filters.sql())
             given = {"path": path, "kind": kind, "since": since, "until": until}
             reason = ", ".join(f"{name}: {value}" for name, value in given.items() if value is not None)
+        if dry_run:
+            return ids
         with self.db.transaction():
             count = chunk_rows.soft_delete(self.db, ids, reason, utcnow())
             if path is not None and kind is None and since is None and until is None:

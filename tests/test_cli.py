@@ -176,3 +176,44 @@ def test_cli_remembers_searches_and_shows_conversation_turns(
 
     out = run("remember", "what happened", "--at", "yesterday-ish", home=home)
     assert out.returncode == 1 and "at 'yesterday-ish' is not an ISO 8601 time" in out.stderr
+
+
+def test_cli_forgets_by_kind_and_time_after_a_preview(
+    tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbmemory.embed import FakeEmbedder
+
+    cli = sys.modules["nbmemory.cli.main"]
+    real = cli._memory  # type: ignore[attr-defined]
+    monkeypatch.setattr(cli, "_memory", lambda args, **kw: real(args, embedder=FakeEmbedder(dim=32), **kw))
+    home = tmp_path / "home"
+
+    def remember(text: str, at: str) -> int:
+        out = run("remember", text, "--at", at, home=home)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.split("#")[1].split()[0])
+
+    january = remember("the January deploy checklist", "2026-01-05T10:00")
+    march = remember("the March deploy checklist", "2026-03-02T10:00")
+
+    def found() -> set[int]:
+        out = run("search", "deploy checklist", "--json", home=home)
+        return {int(h["id"]) for h in json.loads(out.stdout)["hits"]}
+
+    preview = run("forget", "--since", "2026-02-01", home=home)
+    assert preview.returncode == 0, preview.stderr
+    assert "would forget 1 item(s)" in preview.stdout and f"#{march} " in preview.stdout
+    assert found() == {january, march}
+
+    done = run("forget", "--since", "2026-02-01", "--yes", home=home)
+    assert done.returncode == 0 and f"forgot 1 item(s): {march}" in done.stdout
+    assert found() == {january}
+    # --kind narrows like a filter: no item is of kind execution.
+    assert "forgot 0 item(s)" in run("forget", "--kind", "execution", "--yes", home=home).stdout
+    assert found() == {january}
+    both = run("forget", "--kind", "memory", "--until", "2026-01-31", "--yes", home=home)
+    assert f"forgot 1 item(s): {january}" in both.stdout
+    assert found() == set()
+
+    refused = run("forget", "1", "--since", "2026-02-01", home=home)
+    assert refused.returncode == 1 and "exactly one" in refused.stderr

@@ -166,6 +166,26 @@ def test_remember_then_search_finds_it_and_forget_is_a_dry_run_first(db: Path, t
                 other["id"]
             ]
 
+            # By a selection of time and kind: a dry run first, like a query.
+            times = {"2026-01-05T10:00": "a January offsite note", "2026-03-02T10:00": "a March offsite note"}
+            stored_ids = {
+                at: data(await client.call_tool("remember", {"text": text, "at": at}))["item"]["id"]
+                for at, text in times.items()
+            }
+            # (The fixture's files were indexed today: before February only the January note.)
+            selection = {"until": "2026-02-01", "kind": ["memory"]}
+            january, march = stored_ids["2026-01-05T10:00"], stored_ids["2026-03-02T10:00"]
+            dry = data(await client.call_tool("forget", selection))
+            assert dry["dry_run"] is True and dry["forgotten"] == []
+            assert [c["id"] for c in dry["candidates"]] == [january]
+            done = data(await client.call_tool("forget", {**selection, "dry_run": False}))
+            assert done["forgotten"] == [january]
+            left = [h["id"] for h in data(await client.call_tool("search", {"query": "offsite note"}))["hits"]]
+            assert march in left and january not in left
+            assert "exactly one" in error(
+                await client.call_tool("forget", {"ids": [other["id"]], "until": "2026-01-01"})
+            )
+
             # The context block, and a secret redacted on the way in.
             block = data(await client.call_tool("context", {"query": "staging database", "budget": 200}))
             assert block["empty"] is False and "db-stg-12" in block["text"] and block["tokens"] <= 200
@@ -184,6 +204,7 @@ def test_remember_then_search_finds_it_and_forget_is_a_dry_run_first(db: Path, t
     assert reasons == {
         "Deploys need the VPN on": "query: deploys vpn",
         "polars lazy frames collect late": "id",
+        "a January offsite note": "kind: ['memory'], until: 2026-02-01",
     }
 
 
@@ -293,8 +314,8 @@ def test_bad_arguments_give_tool_errors_and_the_server_keeps_serving(db: Path, t
                 ("related", {"id": 987654}, "no item with id 987654"),
                 ("remember", {"text": "  "}, "nothing to remember"),
                 ("remember", {"text": "x", "importance": 2}, "less than or equal to 1"),
-                ("forget", {}, "ids or query"),
-                ("forget", {"ids": [1], "query": "x"}, "ids or query"),
+                ("forget", {}, "ids, or query, or a selection"),
+                ("forget", {"ids": [1], "query": "x"}, "ids, or query, or a selection"),
                 ("context", {"query": "x", "budget": 1}, "greater than or equal to 50"),
                 ("index", {"paths": [str(outside)]}, "outside the allowed roots"),
                 ("index", {"paths": [str(root / ".." / "outside.md")]}, "outside the allowed roots"),

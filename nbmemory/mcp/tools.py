@@ -89,9 +89,7 @@ Speaker = Annotated[
 ]
 Conversation = Annotated[
     str | None,
-    Field(
-        max_length=MAX_NAME, description="Only items of this conversation or session (exact match)."
-    ),
+    Field(max_length=MAX_NAME, description="Only items of this conversation or session (exact match)."),
 ]
 
 
@@ -454,14 +452,32 @@ class MemoryTools:
         k: Annotated[int, Field(ge=1, le=MAX_K, description="With query: how many results (default 1).")] = 1,
         dry_run: Annotated[
             bool | None,
-            Field(description="Only list what would be forgotten. Default: true with query, false with ids."),
+            Field(
+                description="Only list what would be forgotten. Default: true with query or a "
+                "selection (path, kind, since, until), false with ids."
+            ),
         ] = None,
         namespace: Namespace = None,
+        path: Annotated[
+            PathGlob, Field(description="Or select: the items of sources matching this glob.")
+        ] = None,
+        kind: Annotated[
+            Kinds, Field(description="Or select: the items of these kinds (execution: captured cells).")
+        ] = None,
+        since: Annotated[
+            When, Field(description="Or select: what happened since then (an ISO date, or an age: 12h, 30d).")
+        ] = None,
+        until: Annotated[
+            When, Field(description="Or select: what happened until then (an ISO date, or an age).")
+        ] = None,
     ) -> ForgetData:
         with _errors():
-            if (ids is None) == (query is None):
-                raise ConfigError("forget needs ids or query (exactly one)")
-            dry = query is not None if dry_run is None else dry_run
+            selected = any(x is not None for x in (path, kind, since, until))
+            if sum((ids is not None, query is not None, selected)) != 1:
+                raise ConfigError(
+                    "forget needs ids, or query, or a selection by path, kind, since and until (exactly one)"
+                )
+            dry = ids is None if dry_run is None else dry_run
             if not dry:
                 self.writable("forget")
             ns = self.namespace(namespace)
@@ -474,6 +490,12 @@ class MemoryTools:
                         "forget by ids instead (search, then forget ids=[...])"
                     )
                 forgotten = [] if dry else self.memory.forget(query=query, k=k, namespace=ns)
+            elif selected:
+                selection = {"path": path, "kind": kind, "since": since, "until": until}
+                chosen = self.memory.forget(**selection, namespace=ns, dry_run=True)
+                items = [self.item(i, ns) for i in chosen[:MAX_K]]
+                candidates = [_candidate(i.id, i.namespace, i.location, i.text) for i in items]
+                forgotten = [] if dry else self.memory.forget(**selection, namespace=ns)
             else:
                 items = [self.item(i, ns) for i in ids or ()]
                 candidates = [_candidate(i.id, i.namespace, i.location, i.text) for i in items]
