@@ -40,6 +40,7 @@ from nbmemory.options import (
     tune_options,
 )
 from nbmemory.search.prefix import expand_last_word, require_words
+from nbmemory.server.notebooks import NotebooksHandler
 from nbmemory.server.state import ServerState
 
 MAX_K = 200
@@ -699,7 +700,7 @@ class TuneJobHandler(MemoryHandler):
         self.reply(_tune_dict(job_id, job))
 
 
-ROUTES: list[tuple[str, type[MemoryHandler]]] = [
+ROUTES: list[tuple[str, type[APIHandler]]] = [
     ("search", SearchHandler),
     ("remember", RememberHandler),
     (r"items/([^/]+)", ItemHandler),
@@ -712,6 +713,8 @@ ROUTES: list[tuple[str, type[MemoryHandler]]] = [
     ("tune", TuneHandler),
     (r"tune/([^/]+)", TuneJobHandler),
     (r"related/([^/]+)", RelatedHandler),
+    # The built-in notebooks the Lab launcher offers; they touch no memory (nbmemory/server/notebooks.py).
+    ("notebooks", NotebooksHandler),
 ]
 
 
