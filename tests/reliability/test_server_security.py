@@ -28,6 +28,7 @@ from nbmemory.embed import FakeEmbedder
 from nbmemory.items import Hit, Item
 from nbmemory.server import handlers
 from nbmemory.server.handlers import MemoryHandler
+from nbmemory.server.notebooks import NotebooksHandler
 from tests.conftest import copy_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,8 +139,9 @@ def test_routes_are_the_handler_list(jp_serverapp: Any) -> None:
     found = routes(jp_serverapp.web_app)
     registered = {handler for _, handler in found}
     assert registered == {handler for _, handler in handlers.ROUTES}
-    assert all(issubclass(h, MemoryHandler) for h in registered)
-    assert len(found) == len(handlers.ROUTES) == 12  # restore: the undo of forget
+    # NotebooksHandler copies a built-in notebook and opens no memory.
+    assert all(issubclass(h, (MemoryHandler, NotebooksHandler)) for h in registered)
+    assert len(found) == len(handlers.ROUTES) == 13  # restore: the undo of forget
 
 
 def test_every_route_and_verb_refuses_requests_without_a_valid_token(
