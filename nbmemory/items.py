@@ -105,15 +105,19 @@ class Item:
             value = getattr(self, name)
             data[name] = value.isoformat() if value else None
         data["location"] = self.location
-        data["cell_number"] = cell_number(self.cell_index)
+        data["cell_number"] = None if self.kind == "chat" else cell_number(self.cell_index)
         return data
 
     @property
     def location(self) -> str:
         """``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``."""
-        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page, self.cell_id)
+        return location(
+            self.source, self.cell_index, self.line_start, self.line_end, self.page, self.cell_id, self.kind
+        )
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+    def _repr_mimebundle_(
+        self, include: Any = None, exclude: Any = None
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         # Shown in a notebook, a stored item is nbmemory's own output: indexing leaves it out.
         return mimebundle(self, "Item")
 
@@ -130,15 +134,20 @@ def location(
     line_end: int | None,
     page: int | None = None,
     cell_id: str | None = None,
+    kind: str | None = None,
 ) -> str:
-    """Where a chunk is: ``path:12-30``, ``notebook.ipynb#cell 4``, ``file.pdf#page=3`` or ``(remembered)``.
+    """Where a chunk is: ``path:12-30``, ``notebook.ipynb#cell 4``, ``team.chat#message 2``,
+    ``file.pdf#page=3`` or ``(remembered)``.
 
     Cells count from 1, as JupyterLab numbers them (``cell_index`` counts from 0); a cell of the
-    kernel's history notebook is named by its execution count (``kernel-3.ipynb#In [5]``). A page
-    is written as a PDF viewer's URL fragment, so the location also works as a link.
+    kernel's history notebook is named by its execution count (``kernel-3.ipynb#In [5]``); a
+    chat's messages count from 1 too (a chat item keeps its message's position in ``cell_index``).
+    A page is written as a PDF viewer's URL fragment, so the location also works as a link.
     """
     if source is None:
         return "(remembered)"
+    if cell_index is not None and kind == "chat":
+        return f"{source}#message {cell_index + 1}"
     if cell_index is not None:
         history = cell_id == f"in-{cell_index}"
         return f"{source}#In [{cell_index}]" if history else f"{source}#cell {cell_index + 1}"
@@ -202,17 +211,21 @@ class Hit:
 
     @property
     def location(self) -> str:
-        return location(self.source, self.cell_index, self.line_start, self.line_end, self.page, self.cell_id)
+        return location(
+            self.source, self.cell_index, self.line_start, self.line_end, self.page, self.cell_id, self.kind
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
         data["event_at"] = self.event_at.isoformat() if self.event_at else None
         data["location"] = self.location
-        data["cell_number"] = cell_number(self.cell_index)
+        data["cell_number"] = None if self.kind == "chat" else cell_number(self.cell_index)
         data["found_by"] = self.found_by
         return data
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+    def _repr_mimebundle_(
+        self, include: Any = None, exclude: Any = None
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         # Shown in a notebook, a stored item is nbmemory's own output: indexing leaves it out.
         return mimebundle(self, "Hit")

@@ -83,6 +83,9 @@ def test_a_chat_is_indexed_one_item_per_message_with_sender_and_time(memory: Mem
     assert hit.speaker == "Jupyternaut"
     assert hit.event_at == datetime(2026, 1, 1, 10, 1)
     assert hit.cell_index == 1 and hit.cell_id == "m1"
+    # Its location names the message, not a cell; it has no cell number.
+    assert hit.location == f"{path}#message 2" and hit.to_dict()["cell_number"] is None
+    assert memory.get(hit.id).location == f"{path}#message 2"
     # A sender given as a user object; the deleted message is left out.
     assert found(memory, "Thanks")[0].speaker == "Bob Stone"
     assert found(memory, "typo") == []
