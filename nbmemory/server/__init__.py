@@ -27,11 +27,31 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     shared = ServerState(serverapp.root_dir, state.memory_factory())
     serverapp.web_app.settings["nbmemory"] = shared
     setup_handlers(serverapp.web_app)
+    _serve_agents(serverapp, shared)
     serverapp.log.info("nbmemory: REST API at %snbmemory/ (memory opens on first use)", serverapp.base_url)
     if live.watch_enabled(serverapp):
         live.start(serverapp, shared)
         serverapp.log.info("nbmemory: files saved under indexed folders are indexed (NBMEMORY_WATCH=0: off)")
     # A module extension gets no stop hook; SharedMemory also closes itself at exit.
+
+
+def _serve_agents(serverapp: Any, shared: ServerState) -> None:
+    """Hand the server's memory to the tools Jupyter AI's MCP server serves
+    (:mod:`nbmemory.mcp.jupyter_ai`), in the mode ``c.NbMemory.agent_tools`` or
+    ``NBMEMORY_AGENT_TOOLS`` says."""
+    from nbmemory.errors import ConfigError
+    from nbmemory.mcp import jupyter_ai
+
+    settings = serverapp.config.get("NbMemory", {})
+    try:
+        mode = jupyter_ai.mode_setting(settings.get("agent_tools"))
+        namespace = jupyter_ai.namespace_setting(settings.get("agent_namespace"))
+    except ConfigError as exc:
+        # A mistyped restriction must not leave the tools wider open than meant.
+        serverapp.log.error("nbmemory: %s; agents get no tool (off)", exc)
+        mode, namespace = "off", None
+    jupyter_ai.attach(shared.memory, shared.root_dir, mode, namespace)
+    serverapp.log.info("nbmemory: tools for Jupyter AI's agents: %s (c.NbMemory.agent_tools)", mode)
 
 
 __all__ = ["ServerState", "set_memory_factory"]

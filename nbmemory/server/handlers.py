@@ -40,6 +40,7 @@ from nbmemory.options import (
     tune_options,
 )
 from nbmemory.search.prefix import expand_last_word, require_words
+from nbmemory.server.agents import AgentsHandler
 from nbmemory.server.notebooks import NotebooksHandler
 from nbmemory.server.state import ServerState
 
@@ -715,6 +716,8 @@ ROUTES: list[tuple[str, type[APIHandler]]] = [
     (r"related/([^/]+)", RelatedHandler),
     # The built-in notebooks the Lab launcher offers; they touch no memory (nbmemory/server/notebooks.py).
     ("notebooks", NotebooksHandler),
+    # What agents in this Lab may do through Jupyter AI's MCP server (nbmemory/server/agents.py).
+    ("agents", AgentsHandler),
 ]
 
 

@@ -27,6 +27,7 @@ import nbmemory.server
 from nbmemory.embed import FakeEmbedder
 from nbmemory.items import Hit, Item
 from nbmemory.server import handlers
+from nbmemory.server.agents import AgentsHandler
 from nbmemory.server.handlers import MemoryHandler
 from nbmemory.server.notebooks import NotebooksHandler
 from tests.conftest import copy_store
@@ -139,9 +140,10 @@ def test_routes_are_the_handler_list(jp_serverapp: Any) -> None:
     found = routes(jp_serverapp.web_app)
     registered = {handler for _, handler in found}
     assert registered == {handler for _, handler in handlers.ROUTES}
-    # NotebooksHandler copies a built-in notebook and opens no memory.
-    assert all(issubclass(h, (MemoryHandler, NotebooksHandler)) for h in registered)
-    assert len(found) == len(handlers.ROUTES) == 13  # restore: the undo of forget
+    # NotebooksHandler copies a built-in notebook and AgentsHandler sets the agents' mode: neither
+    # opens the memory.
+    assert all(issubclass(h, (MemoryHandler, NotebooksHandler, AgentsHandler)) for h in registered)
+    assert len(found) == len(handlers.ROUTES) == 14  # restore: the undo of forget
 
 
 def test_every_route_and_verb_refuses_requests_without_a_valid_token(
