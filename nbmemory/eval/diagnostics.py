@@ -50,18 +50,27 @@ RANK_BUCKETS: tuple[tuple[int, int], ...] = (
 # -- tables and charts for the BEIR notebook ---------------------------------------------------
 
 
-def ndcg_chart(table: pl.DataFrame, metric: str = "ndcg@10") -> alt.Chart:
-    """Bars of ``metric`` per configuration, one group per dataset.
+def titled(title: str, reading: str) -> alt.TitleParams:
+    """A chart title with its one-line reading of what the chart shows as the subtitle."""
+    return alt.TitleParams(text=title, subtitle=reading, anchor="start", subtitleColor="#444")
+
+
+def ndcg_chart(table: pl.DataFrame, metric: str = "ndcg@10") -> alt.FacetChart:
+    """Bars of ``metric`` per configuration, one group per dataset, with a reading naming the best.
 
     Parameters
     ----------
     table:
         :func:`nbmemory.eval.report.results_table` output.
     """
-    data = table.select("dataset", "config", metric).to_pandas()
+    data = table.select("dataset", "config", metric)
+    best = data.sort(metric, descending=True).unique("dataset", keep="first", maintain_order=True)
+    reading = "; ".join(
+        f"{r['dataset']}: {r['config']} best at {r[metric]:.3f}" for r in best.iter_rows(named=True)
+    )
     base = alt.Chart(data)
     bars = base.mark_bar().encode(
-        x=alt.X("config:N", title=None, sort=None),
+        x=alt.X("config:N", title="configuration", sort=None),
         y=alt.Y(f"{metric}:Q", title=metric.upper(), scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("config:N", legend=None),
         tooltip=["dataset", "config", alt.Tooltip(f"{metric}:Q", format=".4f")],
@@ -69,7 +78,12 @@ def ndcg_chart(table: pl.DataFrame, metric: str = "ndcg@10") -> alt.Chart:
     labels = base.mark_text(dy=-6).encode(
         x=alt.X("config:N", sort=None), y=f"{metric}:Q", text=alt.Text(f"{metric}:Q", format=".3f")
     )
-    return (bars + labels).properties(width=180, height=220).facet(column=alt.Column("dataset:N", title=None))
+    return (
+        (bars + labels)
+        .properties(width=180, height=220)
+        .facet(column=alt.Column("dataset:N", title="dataset"))
+        .properties(title=titled(f"{metric.upper()} per configuration", reading))
+    )
 
 
 def wins_losses(
@@ -108,7 +122,7 @@ def wins_losses(
     return pl.DataFrame(rows)
 
 
-def wins_losses_chart(frame: pl.DataFrame) -> alt.Chart:
+def wins_losses_chart(frame: pl.DataFrame) -> alt.FacetChart:
     """Stacked bars of wins / ties / losses of the hybrid against each single retriever."""
     long = frame.unpivot(
         index=["dataset", "hybrid", "versus"],
@@ -116,11 +130,15 @@ def wins_losses_chart(frame: pl.DataFrame) -> alt.Chart:
         variable_name="outcome",
         value_name="queries",
     ).with_columns(pl.concat_str([pl.col("hybrid"), pl.lit(" vs "), pl.col("versus")]).alias("pair"))
+    reading = "; ".join(
+        f"{r['dataset']}, {r['hybrid']} vs {r['versus']}: {r['wins']} wins, {r['losses']} losses"
+        for r in frame.iter_rows(named=True)
+    )
     return (
-        alt.Chart(long.to_pandas())
+        alt.Chart(long)
         .mark_bar()
         .encode(
-            y=alt.Y("pair:N", title=None),
+            y=alt.Y("pair:N", title="comparison"),
             x=alt.X("queries:Q", stack="normalize", title="share of queries"),
             color=alt.Color(
                 "outcome:N",
@@ -130,7 +148,8 @@ def wins_losses_chart(frame: pl.DataFrame) -> alt.Chart:
             tooltip=["dataset", "pair", "outcome", "queries"],
         )
         .properties(width=360, height=60)
-        .facet(row=alt.Row("dataset:N", title=None))
+        .facet(row=alt.Row("dataset:N", title="dataset"))
+        .properties(title=titled("Per query: does the hybrid beat each retriever alone?", reading))
     )
 
 
@@ -139,16 +158,19 @@ def delta_chart(
 ) -> alt.Chart:
     """Histogram of per-query ``metric(hybrid) - metric(versus)``."""
     wide = per_query.pivot(on="config", index=["dataset", "query_id"], values=metric)
-    data = wide.select("dataset", (pl.col(hybrid) - pl.col(versus)).alias("delta")).to_pandas()
+    data = wide.select("dataset", (pl.col(hybrid) - pl.col(versus)).alias("delta"))
+    deltas = data["delta"].drop_nulls()
+    better, worse = int((deltas > 1e-9).sum()), int((deltas < -1e-9).sum())
+    reading = f"{better} queries gain, {worse} lose, {deltas.len() - better - worse} unchanged"
     return (
         alt.Chart(data)
         .mark_bar()
         .encode(
-            x=alt.X("delta:Q", bin=alt.Bin(step=0.1), title=f"{metric}: {hybrid} - {versus}"),
+            x=alt.X("delta:Q", bin=alt.Bin(step=0.1), title=f"{metric}: {hybrid} minus {versus}"),
             y=alt.Y("count():Q", title="queries"),
-            color=alt.Color("dataset:N"),
+            color=alt.Color("dataset:N", title="dataset"),
         )
-        .properties(width=360, height=180)
+        .properties(width=300, height=180, title=titled(f"{hybrid} against {versus}, per query", reading))
     )
 
 
@@ -236,17 +258,39 @@ def relevance_by_rank(
     return _with_ci(pl.DataFrame(rows))
 
 
-def curve_chart(curve: pl.DataFrame, x: str, color: str = "dataset", title: str = "") -> alt.Chart:
-    """P(relevant) with its Wilson band against ``x`` (a distance bin or a rank bucket)."""
-    data = curve.to_pandas()
-    sort = None if x == "bucket" else "ascending"
-    xenc = alt.X(f"{x}:{'N' if x == 'bucket' else 'Q'}", sort=sort, title=x.replace("_", " "))
-    base = alt.Chart(data).encode(x=xenc, color=alt.Color(f"{color}:N"))
-    band = base.mark_area(opacity=0.2).encode(y=alt.Y("ci_low:Q", title="P(relevant)"), y2="ci_high:Q")
+def curve_reading(curve: pl.DataFrame, x: str) -> str:
+    """One line on a P(relevant) curve: where it starts and ends, and how many results it rests on."""
+    if curve.height == 0:
+        return "no judged results to draw"
+    pooled = curve.group_by(x).agg(pl.col("n").sum(), pl.col("relevant").sum()).sort(x)
+    first, last = pooled.row(0, named=True), pooled.row(-1, named=True)
+    label = "distance" if x != "bucket" else "rank"
+    return (
+        f"P(relevant) {first['relevant'] / max(first['n'], 1):.2f} at {label} {first[x]} and "
+        f"{last['relevant'] / max(last['n'], 1):.2f} at {last[x]}, from {int(pooled['n'].sum()):,} judged "
+        "results (bands: 95 % Wilson intervals)"
+    )
+
+
+def curve_chart(
+    curve: pl.DataFrame, x: str, color: str = "dataset", title: str = "", reading: str | None = None
+) -> alt.LayerChart:
+    """P(relevant) with its Wilson band against ``x`` (``bin_low``: a distance bin, or ``bucket``:
+    a rank bucket), titled, with a one-line reading (default :func:`curve_reading`)."""
+    xenc = (
+        alt.X("bucket:N", sort=[f"{a}" if a == b else f"{a}-{b}" for a, b in RANK_BUCKETS], title="rank")
+        if x == "bucket"
+        else alt.X(f"{x}:Q", title="cosine distance (1 - similarity), bin start")
+    )
+    base = alt.Chart(curve).encode(x=xenc, color=alt.Color(f"{color}:N", title=color))
+    band = base.mark_area(opacity=0.2).encode(
+        y=alt.Y("ci_low:Q", title="P(relevant)", scale=alt.Scale(domain=[0, 1])), y2="ci_high:Q"
+    )
     line = base.mark_line(point=True).encode(
         y="p_relevant:Q", tooltip=[color, x, "n", alt.Tooltip("p_relevant:Q", format=".3f")]
     )
-    return (band + line).properties(width=380, height=220, title=title)
+    text = reading if reading is not None else curve_reading(curve, x)
+    return (band + line).properties(width=380, height=220, title=titled(title or "P(relevant)", text))
 
 
 def disagreement(
@@ -405,3 +449,162 @@ def save_thresholds(payload: Mapping[str, Any], path: str | os.PathLike[str] | N
     private.make_dir(target.parent)
     private.write_text(target, json.dumps(payload, indent=2) + "\n")
     return target
+
+
+def adopted_path(fingerprint: str) -> Path:
+    """Where adopted thresholds live, which live search reads before the shipped ones."""
+    return thresholds_path(fingerprint)
+
+
+def adopt_thresholds(payload: Mapping[str, Any]) -> Path:
+    """Make live search use these distance tiers for the payload's model, from the next search.
+
+    The rejection levels are kept from the thresholds in use (the person's adopted ones, else
+    the shipped ones), since a BEIR run has no no-answer questions to derive them from. A file
+    adopted before is kept beside as ``<fingerprint>.json.previous``. Undo with
+    :func:`undo_adopted_thresholds`.
+    """
+    fingerprint = str(payload["fingerprint"])
+    current = load_thresholds(fingerprint) or {}
+    merged = {**current, **dict(payload)}
+    if "reject" not in payload and "reject" in current:
+        merged["reject"] = current["reject"]
+    target = adopted_path(fingerprint)
+    if target.exists():
+        private.write_text(target.with_name(target.name + ".previous"), target.read_text(encoding="utf-8"))
+    saved = save_thresholds(merged, target)
+    _forget_cached_thresholds()
+    return saved
+
+
+def undo_adopted_thresholds(fingerprint: str) -> Path | None:
+    """Stop using adopted thresholds for ``fingerprint``: live search goes back to the shipped
+    ones (or to none for a model nbmemory ships none for). Returns the file removed, or None."""
+    target = adopted_path(fingerprint)
+    if not target.exists():
+        return None
+    target.unlink()
+    _forget_cached_thresholds()
+    return target
+
+
+def _forget_cached_thresholds() -> None:
+    # This process's searches read the thresholds once per model; other processes (the Jupyter
+    # server, a background owner) read the file when they next start.
+    from nbmemory.search.reject import thresholds_for
+
+    thresholds_for.cache_clear()
+
+
+def proposed_thresholds(payload: Mapping[str, Any]) -> pl.DataFrame:
+    """The derived distance tiers beside those live search uses now, one row per tier."""
+    fingerprint = str(payload["fingerprint"])
+    current = load_thresholds(fingerprint) or {}
+    adopted = adopted_path(fingerprint).exists()
+    now = current.get("distance_tiers") or {}
+    where = "adopted by you" if adopted else ("shipped" if current else "none")
+    return pl.DataFrame(
+        [
+            {"tier": tier, "in use (" + where + ")": now.get(tier), "derived here": value}
+            for tier, value in (payload.get("distance_tiers") or {}).items()
+        ]
+    )
+
+
+# -- charts for the memory diagnostics notebook --------------------------------------------------
+
+
+def _median(frame: pl.DataFrame, column: str) -> float | None:
+    values = frame[column].drop_nulls()
+    return float(values.median()) if values.len() else None  # type: ignore[arg-type]
+
+
+def score_chart(hits: pl.DataFrame, column: str = "cosine", top: int | None = 1) -> alt.Chart:
+    """Histogram of one score of what the memory returned (``cosine`` or ``bm25``), per origin of
+    the queries, for each query's ``top`` hits (None: all of them)."""
+    part = hits if top is None else hits.filter(pl.col("rank") <= top)
+    part = part.filter(pl.col(column).is_not_null())
+    label = {"cosine": "cosine similarity to the query", "bm25": "BM25 score"}.get(column, column)
+    which = (
+        "every hit" if top is None else ("each query's first hit" if top == 1 else f"each query's top {top}")
+    )
+    medians = [
+        f"{origin} {m:.2f}"
+        for origin in part["origin"].unique(maintain_order=True).to_list()
+        if (m := _median(part.filter(pl.col("origin") == origin), column)) is not None
+    ]
+    missing = hits.filter(pl.col(column).is_null() & (pl.col("rank") <= (top or 10**9))).height
+    reading = "median " + ", ".join(medians) if medians else "no scores to draw"
+    if column == "bm25" and missing:
+        reading += f"; {missing} hits had no keyword match (not drawn)"
+    bins = alt.Bin(maxbins=30)
+    return (
+        alt.Chart(part)
+        .mark_bar(opacity=0.7)
+        .encode(
+            x=alt.X(f"{column}:Q", bin=bins, title=label),
+            y=alt.Y("count():Q", stack=None, title="hits"),
+            color=alt.Color("origin:N", title="queries"),
+            tooltip=["origin", alt.Tooltip("count():Q", title="hits")],
+        )
+        .properties(width=380, height=200, title=titled(f"{label.capitalize()}, {which}", reading))
+    )
+
+
+def rank_chart(hits: pl.DataFrame) -> alt.Chart:
+    """Each retriever's rank of a hit against its fused rank; hits one retriever did not return
+    sit in a 'not returned' row above the plot."""
+    long = hits.unpivot(
+        index=["query", "origin", "rank"], on=["bm25_rank", "vector_rank"], variable_name="retriever",
+        value_name="retriever_rank",
+    ).with_columns(pl.col("retriever").str.replace("_rank", ""))  # fmt: skip
+    both = hits.filter(pl.col("bm25_rank").is_not_null() & pl.col("vector_rank").is_not_null()).height
+    only_b = hits.filter(pl.col("bm25_rank").is_not_null() & pl.col("vector_rank").is_null()).height
+    only_v = hits.filter(pl.col("bm25_rank").is_null() & pl.col("vector_rank").is_not_null()).height
+    reading = f"of {hits.height} hits, {both} were found by both retrievers, {only_b} by BM25 alone, {only_v} by the vectors alone"
+    returned = long.filter(pl.col("retriever_rank").is_not_null())
+    points = (
+        alt.Chart(returned)
+        .mark_circle(size=40, opacity=0.6)
+        .encode(
+            x=alt.X("rank:Q", title="fused rank (what search returns)"),
+            y=alt.Y("retriever_rank:Q", title="rank in that retriever alone", scale=alt.Scale(type="symlog")),
+            color=alt.Color("retriever:N", title="retriever"),
+            tooltip=["query", "retriever", "rank", "retriever_rank"],
+        )
+    )
+    diagonal = (
+        alt.Chart(pl.DataFrame({"rank": [1, max(int(r) for r in hits["rank"].to_list() or [1])]}))
+        .mark_line(color="#999", strokeDash=[4, 4])
+        .encode(x="rank:Q", y="rank:Q")
+    )
+    return (points + diagonal).properties(
+        width=380, height=240, title=titled("Each retriever's rank against the fused rank", reading)
+    )
+
+
+def flag_chart(verdicts: pl.DataFrame) -> alt.Chart:
+    """Share of queries the no-answer flag marks, per origin of the queries."""
+    share = (
+        verdicts.group_by("origin", maintain_order=True)
+        .agg(pl.len().alias("queries"), pl.col("rejected").sum().alias("flagged"))
+        .with_columns((pl.col("flagged") / pl.col("queries")).alias("share"))
+    )
+    reading = "; ".join(
+        f"{r['origin']}: {r['flagged']} of {r['queries']} flagged" for r in share.iter_rows(named=True)
+    )
+    return (
+        alt.Chart(share)
+        .mark_bar()
+        .encode(
+            y=alt.Y("origin:N", title="queries"),
+            x=alt.X("share:Q", title="share flagged as having no answer", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("origin:N", legend=None),
+            tooltip=["origin", "queries", "flagged"],
+        )
+        .properties(
+            width=380,
+            height=30 * max(share.height, 1),
+            title=titled("Which queries the no-answer flag marks", reading),
+        )
+    )

@@ -1,0 +1,208 @@
+"""The built-in notebooks as a person gets them: ``nbmemory notebooks`` copies them, and the copies
+run top to bottom unedited in a real kernel (nbclient) with the bundled model, the diagnostics one
+on the bundled sample memory, the BEIR one on a small cut of real BEIR collections, and again with
+no BEIR data at all (the sample corpus's judged queries). Every chart cell draws offline, nothing
+goes to stderr, no network is used, and live search's thresholds and the memory's search log are
+as they were.
+
+The kernel is this virtual environment's Python, registered in a temporary prefix; every Jupyter,
+IPython and nbmemory folder points into ``tmp_path``. The copy rules of ``nbmemory notebooks`` are
+checked here too (no kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbmemory.jupyter.builtin_notebooks import NOTEBOOKS, cells_digest, copy_all, unchanged
+from tests.conftest import SHARED_VECTORS
+from tests.notebooks.beir_subset import SHARED_BEIR, cut
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+kernelspec = pytest.importorskip("ipykernel.kernelspec")
+
+KERNEL = "nbmemory-test"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nbmemory.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+# -- copying ----------------------------------------------------------------------------------------
+
+
+def test_the_shipped_notebooks_are_clean_and_have_a_parameters_cell() -> None:
+    for nb in NOTEBOOKS:
+        notebook = nbformat.read(nb.path, as_version=4)
+        nbformat.validate(notebook)
+        assert not [c for c in notebook.cells if c.cell_type == "code" and (c.outputs or c.execution_count)]
+        assert "parameters" in notebook.cells[1].metadata.get("tags", []), nb.file
+        # No path of this project's development machines.
+        assert "shared/datasets" not in nb.path.read_text(encoding="utf-8"), nb.file
+
+
+def test_nbmemory_notebooks_copies_and_never_overwrites_a_changed_copy(tmp_path: Path) -> None:
+    done = cli("notebooks", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    diagnostics, beir = (tmp_path / nb.file for nb in NOTEBOOKS)
+    assert "copied" in done.stdout and diagnostics.is_file() and beir.is_file()
+    assert unchanged(diagnostics) and unchanged(beir)
+    # An older version, unchanged since copied, is updated; an edited copy is kept as it is.
+    old = json.loads(beir.read_text())
+    old["cells"][0]["source"] = "# an older version"
+    old["metadata"]["nbmemory"]["cells"] = cells_digest(old)
+    beir.write_text(json.dumps(old))
+    edited = diagnostics.read_text().replace("Memory diagnostics", "My own diagnostics")
+    diagnostics.write_text(edited)
+    again = cli("notebooks", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert "updated to this version" in again.stdout and "kept as it is" in again.stdout
+    assert diagnostics.read_text() == edited
+    assert "an older version" not in beir.read_text()
+    # A copy that ran (outputs) counts as changed too.
+    ran = json.loads(beir.read_text())
+    ran["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "hello"}]
+    beir.write_text(json.dumps(ran))
+    assert [c.action for c in copy_all(tmp_path)] == ["kept", "kept"]
+    fresh = cli("notebooks", "--fresh", str(tmp_path))
+    assert fresh.returncode == 0 and (tmp_path / "memory_diagnostics-1.ipynb").is_file()
+    assert (tmp_path / "beir_evaluation-1.ipynb").is_file()
+    missing = cli("notebooks", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "no such folder" in missing.stderr
+
+
+# -- running them -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def jupyter_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    prefix = tmp_path / "jupyter-prefix"
+    kernelspec.install(kernel_name=KERNEL, prefix=str(prefix))
+    for name, folder in {
+        "JUPYTER_PATH": prefix / "share" / "jupyter",
+        "JUPYTER_DATA_DIR": tmp_path / "jupyter-data",
+        "JUPYTER_RUNTIME_DIR": tmp_path / "jupyter-runtime",
+        "JUPYTER_CONFIG_DIR": tmp_path / "jupyter-config",
+        "IPYTHONDIR": tmp_path / "ipython",
+        "NBMEMORY_HOME": tmp_path / "home",
+        "NBMEMORY_CACHE": tmp_path / "cache",
+    }.items():
+        monkeypatch.setenv(name, str(folder))
+    monkeypatch.setenv("NBMEMORY_VECTOR_CACHE", str(SHARED_VECTORS))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("NBMEMORY_BEIR_FETCH", "0")
+    monkeypatch.setenv("NBMEMORY_IDLE_SECONDS", "0")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert cli("notebooks", str(work)).returncode == 0
+    return work
+
+
+def execute(path: Path) -> Any:
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=900, kernel_name=KERNEL, resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute()
+    nbformat.write(nb, path.with_suffix(".executed.ipynb"))
+    return nb
+
+
+def check_ran_cleanly(nb: Any) -> None:
+    """No error, nothing on stderr, and every chart cell drew offline with a title and axis names."""
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    stderr = [o["text"] for o in outputs if o.get("name") == "stderr"]
+    assert not stderr, stderr
+    for o in outputs:
+        html = str(o.get("data", {}).get("text/html", ""))
+        assert "vegaEmbed" not in html and "cdn.jsdelivr" not in html, "a chart loads vega from a CDN"
+    states = (
+        nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    )
+    chart_cells = [c for c in nb.cells if "chart" in c.metadata.get("tags", [])]
+    assert chart_cells
+    for cell in chart_cells:
+        specs = [
+            states.get(o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"], {})
+            .get("state", {})
+            .get("spec")
+            for o in cell.outputs
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        ]
+        assert specs and specs[0], f"cell {cell.id} drew no chart"
+        spec = json.dumps(specs[0])
+        assert '"mark"' in spec and '"title"' in spec and '"subtitle"' in spec, (
+            f"cell {cell.id}: {spec[:300]}"
+        )
+
+
+def thresholds_files(cache: Path) -> list[Path]:
+    return (
+        sorted((cache / "eval" / "thresholds").glob("*")) if (cache / "eval" / "thresholds").exists() else []
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.model
+def test_diagnostics_notebook_runs_unedited_on_the_sample_memory(jupyter_env: Path, tmp_path: Path) -> None:
+    nb = execute(jupyter_env / "memory_diagnostics.ipynb")
+    check_ran_cleanly(nb)
+    text = json.dumps(nb.cells[2].outputs)
+    assert "showing the bundled sample memory" in text and "does not exist yet" in text
+    queries = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "probe queries made from the memory's items" in queries  # a fresh memory has no search log
+    assert "8 judged queries" in queries  # the sample corpus's built-in ones
+    assert not (tmp_path / "home" / "memory.duckdb").exists()  # the default memory was not created
+    assert thresholds_files(tmp_path / "cache") == []
+    # Its searches were not logged: the sample memory's search log is empty.
+    from nbmemory import Memory
+
+    with Memory(tmp_path / "home" / "demo.duckdb") as mem:
+        assert mem.stats()["searches"] == 0
+
+
+@pytest.mark.integration
+@pytest.mark.model
+@pytest.mark.skipif(not SHARED_BEIR.is_dir(), reason=f"no BEIR collections at {SHARED_BEIR}")
+def test_beir_notebook_runs_a_subset_then_the_sets_it_is_pointed_at(
+    jupyter_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    beir = tmp_path / "beir"
+    for name in ("scifact", "nfcorpus"):
+        cut(SHARED_BEIR / name, beir, queries=8, docs=80)
+    monkeypatch.setenv("NBMEMORY_BEIR_DIR", str(beir))
+    monkeypatch.setenv("NBMEMORY_BEIR_SUBSET_QUERIES", "4")
+    monkeypatch.setenv("NBMEMORY_BEIR_SUBSET_DOCS", "40")
+    nb = execute(jupyter_env / "beir_evaluation.ipynb")
+    check_ran_cleanly(nb)
+    out = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "embedding on the CPU" in out or "embedding on the GPU" in out
+    assert "scifact: 40 documents, 4 test queries" in out and "scifact: 80 documents, 8 test queries" in out
+    assert "of embedding for" in out  # the estimate, said before the embedding starts
+    assert "not adopted" in out and thresholds_files(tmp_path / "cache") == []
+
+
+@pytest.mark.integration
+@pytest.mark.model
+def test_beir_notebook_without_beir_data_says_where_to_put_it_and_runs_on_the_sample(
+    jupyter_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NBMEMORY_BEIR_DIR", str(tmp_path / "no-beir-here"))
+    nb = execute(jupyter_env / "beir_evaluation.ipynb")
+    check_ran_cleanly(nb)
+    out = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "scifact: not found at" in out and "scifact.zip and unzip it" in out
+    assert "running on the bundled sample corpus's built-in judged queries instead" in out
+    assert "sample-corpus" in out
+    assert os.environ["NBMEMORY_BEIR_FETCH"] == "0"
