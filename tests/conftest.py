@@ -97,7 +97,7 @@ LONGEST_FIRST = (
     "tests/server/test_handlers.py",  # 26
     "tests/test_fts_tokenizer.py",  # 25
     "tests/test_memory.py",  # 23
-    "tests/eval/test_notebooks.py",  # 22
+    "tests/notebooks/test_builtin_notebooks.py",  # 22
 )
 if _gone := [m for m in LONGEST_FIRST if not (Path(__file__).parents[1] / m).exists()]:
     raise RuntimeError(f"tests/conftest.py LONGEST_FIRST names modules that are gone: {_gone}")
