@@ -8,6 +8,7 @@ replaced.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -55,22 +56,28 @@ class ActiveModel:
         self.log = log
         self.show_progress = show_progress
         self.use = ModelUse()
+        self._loading = threading.RLock()
         self._embedder = embedder
         self._checked = False
         self._mismatch: str | None = None
 
     def loaded(self) -> Embedder:
         """The embedder, loaded if need be, not checked against the file."""
-        if self._embedder is None:
-            self._embedder = load_for_store(self.db, self.settings.model, self.settings.device, log=self.log)
-            long_lived.settle()  # the model's objects: no full collection walks them again
-        return self._embedder
+        # One load and one check, whichever threads ask first (a search, the refiner).
+        with self._loading:
+            if self._embedder is None:
+                settings = self.settings
+                self._embedder = load_for_store(self.db, settings.model, settings.device, log=self.log)
+                long_lived.settle()  # the model's objects: no full collection walks them again
+            return self._embedder
 
     def embedder(self) -> Embedder:
         """The embedder, loaded on first use and checked against the file's model."""
         embedder = self.loaded()
         if not self._checked:
-            self._check(embedder)
+            with self._loading:
+                if not self._checked:
+                    self._check(embedder)
         return embedder
 
     @contextmanager

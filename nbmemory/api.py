@@ -250,7 +250,15 @@ class MemoryAPI(Protocol):
         ...
 
     def stats(self) -> dict[str, Any]:
-        """Counts, sizes and index state."""
+        """Counts, sizes and index state; ``refine``: ``{"done", "total"}``, the passages stored of
+        those the live chunks need (they differ while the background refiner works)."""
+        ...
+
+    def wait_refined(self, timeout: float | None = None) -> bool:
+        """Wait until every passage the memory's chunks need is stored (the background refiner of
+        :mod:`nbmemory.refine` has caught up with the writes); True then, False when ``timeout``
+        seconds passed first. A memory is searchable before: this is for benchmarks and scripts
+        that want its final rankings."""
         ...
 
     def doctor(self, repair: bool = False) -> DoctorReport:

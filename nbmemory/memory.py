@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Hit, Item
 from nbmemory.progress import IndexMeter, fitted, index_bar
+from nbmemory.refine import RefineMode, Refiner, near_miss_measured, refine_mode
+from nbmemory.refine import progress as refine_progress
 from nbmemory.search import hot, nearmiss, reject
 from nbmemory.search.config import PipelineConfig
 from nbmemory.search.pipeline import MAX_K, SearchPipeline
@@ -69,6 +71,12 @@ class Memory:
         :meth:`reembed` or ``doctor(repair=True)`` runs).
     progress:
         Show progress bars on stderr for long runs.
+    refine:
+        When the passages of long chunks of prose are made: ``"background"`` (default, or
+        ``NBMEMORY_REFINE``): a write returns once its chunks are searchable (BM25 and their own
+        vectors), and a thread of this process fills the passages after it, at low priority
+        (:mod:`nbmemory.refine`, :meth:`wait_refined`); ``"inline"``: each write makes them before
+        it returns.
     """
 
     def __init__(
@@ -82,8 +90,11 @@ class Memory:
         on_model_change: ModelPolicy = "reembed",
         progress: bool = False,
         pipeline: PipelineConfig | None = None,
+        refine: RefineMode | None = None,
     ) -> None:
         settings = (settings or Settings()).override(path, model, namespace)
+        #: ``"background"`` or ``"inline"``: see ``refine`` above.
+        self.refine: RefineMode = refine_mode(refine)
         if on_model_change not in ("reembed", "error", "defer"):
             raise ConfigError(f"on_model_change must be reembed, error or defer, not {on_model_change!r}")
         self.settings = settings
@@ -97,9 +108,17 @@ class Memory:
         self._search_log = SearchLog(self.db)
         if not fts.index_exists(self.db):
             fts.rebuild(self.db)
+        #: Makes pending passages in the background (None: each write makes its own).
+        self._refiner: Refiner | None = None
+        if self.refine == "background" and settings.passages and not self.db.read_only:
+            self._refiner = Refiner(self.db, self._model, self._log)
+            # Passages a process killed before it made them are made now.
+            self._refiner.start()
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
+        if self._refiner is not None:
+            self._refiner.close()  # the step under way ends; what is left, the next opening makes
         self._search_log.close()  # writes the buffered searches, then stops its writer
         self.db.close()
 
@@ -141,10 +160,18 @@ class Memory:
             meter.phase("loading the model")
             with self._model.writing() as embedder:
                 max_bytes = int(self.settings.max_file_mb * 1e6)
+                defer = self._refiner is not None
                 indexer = Indexer(
-                    self.db, embedder, max_bytes, meter=meter, log=self._log, passages=self.settings.passages
+                    self.db,
+                    embedder,
+                    max_bytes,
+                    meter=meter,
+                    log=self._log,
+                    passages=self.settings.passages,
+                    defer_passages=defer,
                 )
-                report = indexer.run(paths, namespace or self.settings.namespace)
+                with self._passages_after(embedder):
+                    report = indexer.run(paths, namespace or self.settings.namespace)
             meter.phase("updating the search index")
             for folder in (Path(p).expanduser().absolute() for p in paths):
                 # A name too long for the system raises here; the report says it was skipped.
@@ -152,13 +179,40 @@ class Memory:
                     if folder.is_dir():
                         root_rows.add(self.db, folder, namespace or self.settings.namespace)
             self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
-            if (report.chunks_added or report.chunks_removed) and reject.thresholds_for(embedder.fingerprint):
-                # Measured here (about a second) rather than by the first search without a clear answer.
+            changed = report.chunks_added or report.chunks_removed
+            if changed and reject.thresholds_for(embedder.fingerprint) and not report.passages_pending:
+                # Measured here (about a second) rather than by the first search without a clear
+                # answer; with passages pending, the refiner measures it once they are made.
                 nearmiss.near_miss(self.db, embedder)
+                near_miss_measured(self.db, embedder.fingerprint)
             # The wall time of the whole call: the model's load and the index update included.
             report.seconds = time.perf_counter() - started
             meter.finish(report.files_seen, report.chunks_added, report.seconds)
         return report
+
+    @contextlib.contextmanager
+    def _passages_after(
+        self, embedder: Embedder | None
+    ) -> Iterator[Callable[[list[passages.Content]], None]]:
+        """Around a write's commit: gives what to call with the contents it stored, which makes
+        their passages now (``refine="inline"``), or does nothing while the block tells the
+        background refiner that they are pending, from before the commit on."""
+        if embedder is None or self._refiner is None:
+            yield lambda contents: self._model.fill_passages(embedder, contents) if embedder else None
+            return
+        with self._refiner.writing(embedder.fingerprint):
+            yield lambda contents: None
+
+    def wait_refined(self, timeout: float | None = None) -> bool:
+        if not self.settings.passages:
+            return True
+        if self._refiner is None:
+            # Inline: only a killed write leaves passages pending; make them here.
+            if passages.missing(self.db, self._require_model_match().fingerprint):
+                with self._model.writing() as embedder:
+                    self._model.fill_passages(embedder)
+            return True
+        return self._refiner.wait(timeout)
 
     def _after_bulk_write(self, written: int, deleted: int) -> None:
         vectors.maybe_rebuild(self.db)
@@ -279,7 +333,7 @@ class Memory:
         ``turns``: the checked event times, speakers and conversations, one of each per text."""
         ns = namespace or self.settings.namespace
         rows = remembered_rows(texts, ns, tags, importance, sources, headings, *turns)
-        with self._model.writing() as embedder:
+        with self._model.writing() as embedder, self._passages_after(embedder) as fill:
             vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in rows])
             postings = fts.postings_of(self.db, [(r.heading, r.text) for r in rows])
             with self.db.transaction():
@@ -287,7 +341,7 @@ class Memory:
                 self._search_log.note_rows(
                     request_keys.record(self.db, request_key, ",".join(map(str, new_ids)))
                 )
-            self._model.fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows])
+            fill([(r.hash, r.heading, r.text, r.kind) for r in rows])
         return new_ids
 
     def capture(self, runs: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> list[int]:
@@ -296,7 +350,7 @@ class Memory:
         # A cell run twice in one batch is one item, at its last run.
         last = {executions.run_key(row, source): i for i, (row, source) in enumerate(rows)}
         unique = [rows[i] for i in sorted(last.values())]
-        with self._model.writing() as embedder:
+        with self._model.writing() as embedder, self._passages_after(embedder) as fill:
             earlier = []
             for row, source in unique:
                 found = execution_rows.candidates(self.db, row, source)
@@ -322,7 +376,7 @@ class Memory:
                         continue
                     execution_rows.ran_again(self.db, old[0], row, vecs_changed.get(old[0]))
                     ids.append(old[0])
-            self._model.fill_passages(embedder, [(r.hash, r.heading, r.text, r.kind) for r in written])
+            fill([(r.hash, r.heading, r.text, r.kind) for r in written])
         vectors.maybe_rebuild(self.db)
         by_key = {executions.run_key(row, source): i for (row, source), i in zip(unique, ids, strict=True)}
         return [by_key[executions.run_key(row, source)] for row, source in rows]
@@ -360,15 +414,17 @@ class Memory:
         if changed:
             self._require_model_match()  # a model change re-embeds here, before the write begins
         with self._model.use.writing():
+            embedder = None
             if changed and text is not None:
                 clean = redact(text.strip()).text
                 embedder = self._require_model_match()
                 new_text = (clean, embedder.embed_documents([chunk_rows.embedding_text(item.heading, clean)]))
-            with self.db.transaction():
-                item_rows.update(self.db, item, clean_tags, importance, pinned, new_text, event)
-            if new_text is not None:
-                digest = chunk_rows.content_hash(item.heading, new_text[0])
-                self._model.fill_passages(embedder, [(digest, item.heading, new_text[0], item.kind)])
+            with self._passages_after(embedder) as fill:
+                with self.db.transaction():
+                    item_rows.update(self.db, item, clean_tags, importance, pinned, new_text, event)
+                if new_text is not None:
+                    digest = chunk_rows.content_hash(item.heading, new_text[0])
+                    fill([(digest, item.heading, new_text[0], item.kind)])
         vectors.maybe_rebuild(self.db)
         return self.get(item.id, touch=False)
 
@@ -419,12 +475,12 @@ class Memory:
         rows = chunk_rows.forgotten(self.db, ids)
         if not rows:
             return []
-        with self._model.writing() as embedder:
+        with self._model.writing() as embedder, self._passages_after(embedder) as fill:
             # soft_delete dropped their vectors: the text row is all that was kept.
             vecs = embedder.embed_documents([chunk_rows.embedding_text(h, t) for _, h, t, _, _ in rows])
             with self.db.transaction():
                 chunk_rows.restore(self.db, [r[0] for r in rows], vecs)
-            self._model.fill_passages(embedder, [(digest, h, t, kind) for _, h, t, kind, digest in rows])
+            fill([(digest, h, t, kind) for _, h, t, kind, digest in rows])
         vectors.maybe_rebuild(self.db)
         return [r[0] for r in rows]
 
@@ -469,7 +525,8 @@ class Memory:
             # search_log.k is an INTEGER and the retrievers fetch a multiple of k as a BIGINT.
             raise ConfigError(f"k must be at most {MAX_K}, got {k}")
         embedder = self._require_model_match()
-        with self.db.searching():
+        refiner = self._refiner.searching() if self._refiner is not None else contextlib.nullcontext()
+        with self.db.searching(), refiner:
             result = SearchPipeline(self.db, embedder, config or self.pipeline_config).run(query, k, filters)
         if log:
             ms = (time.perf_counter() - started) * 1000
@@ -522,6 +579,12 @@ class Memory:
         stats["roots"] = len(root_rows.listed(self.db))
         # What the live indexers of this memory (in any process) have pending, doing or failed.
         stats["live"] = live.summary(self.path)
+        # Passages stored, of those the live chunks need (they differ while the refiner works).
+        fingerprint = stats.get("model_fingerprint") if self.settings.passages else None
+        if self._refiner is not None:
+            stats["refine"] = self._refiner.progress(fingerprint)
+        else:
+            stats["refine"] = refine_progress(self.db, fingerprint)
         return stats
 
     def doctor(self, repair: bool = False) -> DoctorReport:

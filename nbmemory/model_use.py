@@ -38,6 +38,12 @@ class ModelUse:
                 self._writes -= 1
                 self._cond.notify_all()
 
+    @property
+    def writes(self) -> int:
+        """How many writes hold it now (the background refiner starts no step while one does)."""
+        with self._cond:
+            return self._writes
+
     @contextmanager
     def swapping(self) -> Iterator[None]:
         """Held by a model swap: once the writes under way have committed, before the next begins."""

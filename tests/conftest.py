@@ -22,6 +22,9 @@ os.environ.setdefault("NBMEMORY_GC_FREEZE", "0")
 # A shell or kernel that loads the extension captures its cells: not into the memories of tests
 # about something else (tests/test_capture*.py turn it on).
 os.environ.setdefault("NBMEMORY_CAPTURE", "0")
+# Passages made with each write, so a test's rankings do not depend on how far the background
+# refiner got (tests/test_refine.py and tests/reliability/test_refine_kill.py test that path).
+os.environ.setdefault("NBMEMORY_REFINE", "inline")
 
 from hypothesis import settings
 

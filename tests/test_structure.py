@@ -176,6 +176,7 @@ def test_every_operation_is_reachable_through_connect_with_the_declared_signatur
             "forget": lambda m: m.forget(query="polars lazy frames", k=1) != [],
             "restore": lambda m: m.restore(iter(m.forget(other.id))) == [other.id],
             "stats": lambda m: m.stats()["role"] == "client",
+            "wait_refined": lambda m: m.wait_refined(30) is True,
             "doctor": lambda m: m.doctor().ok,
             "export": lambda m: m.export(tmp_path / "out.jsonl") >= 3,
             "reembed": lambda m: m.reembed() >= 3,

@@ -4,7 +4,9 @@ A file is re-read only when its mtime or size changed, and re-chunked only when 
 hash changed. An indexed folder holds what a walk of it indexes: the items of its files that are
 gone, or are now excluded (a ``.gitignore`` rule added since), are removed. Chunks whose text is unchanged keep their row (id, counters, forgotten state) and
 their vector; only new text is embedded. Each batch of files is one transaction, so a killed
-process leaves every earlier batch intact and none of the batch in flight.
+process leaves every earlier batch intact and none of the batch in flight. The batch's passages
+(window vectors of long chunks of prose) follow its commit, or are left to the background
+refiner (``defer_passages``, :mod:`nbmemory.refine`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ if TYPE_CHECKING:
 
 SKIP_DIRS = exclude.SKIP_DIRS
 BATCH_CHUNKS = 512
+#: Chunks per batch when the model runs on a GPU: the embedder sorts a batch's texts by length
+#: and reads them in large batches (256 texts a pass), so a larger batch pads less.
+GPU_BATCH_CHUNKS = 8192
+
+
+def batch_chunks(embedder: Embedder) -> int:
+    """Chunks of new text embedded and committed together by this embedder."""
+    device = str(getattr(embedder, "device", "cpu"))
+    return GPU_BATCH_CHUNKS if device.startswith("cuda") else BATCH_CHUNKS
 
 
 @dataclass
@@ -52,6 +63,9 @@ class IndexReport:
     vectors_reused: int = 0
     #: Window vectors embedded for the chunks of prose written (:mod:`nbmemory.store.passages`).
     passages_embedded: int = 0
+    #: Window vectors of the chunks written that are left to the background refiner
+    #: (:mod:`nbmemory.refine`): the chunks are searchable now, their passages follow.
+    passages_pending: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     redactions: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -69,6 +83,11 @@ class IndexReport:
         if red:
             kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.redactions.items()))
             parts.append(f"secrets redacted: {red} ({kinds})")
+        if self.passages_pending:
+            parts.append(
+                f"searchable now; {self.passages_pending:,} passages to refine in the background "
+                "(progress: nbmemory status)"
+            )
         parts.append(f"{self.seconds:.1f} s")
         return "\n".join(parts)
 
@@ -187,6 +206,12 @@ class Indexer:
     meter:
         Counts the run's progress (files read, chunks and passages embedded) and tells its
         listener; the caller owns it, so its clock covers what comes before and after.
+    passages:
+        Whether written chunks of prose get their window vectors (``Settings.passages``).
+    defer_passages:
+        Leave those window vectors to the background refiner (:mod:`nbmemory.refine`): each
+        batch commits its chunks with their BM25 postings and own vectors only, and
+        ``report.passages_pending`` counts the windows left.
     """
 
     def __init__(
@@ -197,6 +222,7 @@ class Indexer:
         meter: IndexMeter | None = None,
         log: Callable[[str], None] | None = None,
         passages: bool = True,
+        defer_passages: bool = False,
     ) -> None:
         self.db = db
         self.embedder = embedder
@@ -205,6 +231,7 @@ class Indexer:
         self.log = log or (lambda message: None)
         #: Whether written chunks of prose also get their window vectors (``Settings.passages``).
         self.passages = passages
+        self.defer_passages = defer_passages
 
     def run(self, paths: Iterable[str | os.PathLike[str]], namespace: str) -> IndexReport:
         report = IndexReport()
@@ -275,6 +302,7 @@ class Indexer:
         # written). Each file's call comes before it is read: an interrupt or a cancel there
         # stops before the next file.
         meter = self.meter
+        batch = batch_chunks(self.embedder)
         for file in files:
             path = str(file)
             report.files_seen += 1
@@ -286,7 +314,7 @@ class Indexer:
             meter.planned(len(plan.rows), plan.windows)
             pending.append(plan)
             pending_chunks += len(plan.rows)
-            if pending_chunks >= BATCH_CHUNKS:
+            if pending_chunks >= batch:
                 self._commit(pending, namespace, report, finished=report.files_seen - len(pending))
                 pending, pending_chunks = [], 0
         if pending:
@@ -401,7 +429,7 @@ class Indexer:
                     conversation=draft.conversation,
                 )
             )
-            if self.passages:
+            if self.passages and not self.defer_passages:
                 windows += len(passages.texts_of(heading.text, text.text, draft.kind))
         return _FilePlan(
             path,
@@ -502,7 +530,7 @@ class Indexer:
                 share = len(plans) * embedded // len(texts)
                 meter.chunks_step(count, finished + share, plans[max(share - 1, 0)].path)
 
-            if self.passages and passages.method(self.embedder) == passages.LATE:
+            if self.passages and not self.defer_passages and passages.method(self.embedder) == passages.LATE:
                 # One pass per chunk gives its vector and its passages' (late pooling).
                 spans = [passages.plan(r.heading, r.text, r.kind) for r in unique.values()]
                 vecs, pooled = passages.embed_with_late(self.embedder, texts, spans, progress=step)
@@ -558,7 +586,12 @@ class Indexer:
                 else np.zeros((0, self.embedder.dim), np.float32)
             )
             chunk_rows.insert(self.db, rows, vecs, now, postings)
-        if self.passages:
+        if self.passages and self.defer_passages:
+            todo = passages.pending(
+                self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
+            )
+            report.passages_pending += passages.window_count(todo)
+        elif self.passages:
             todo = passages.pending(
                 self.db, self.embedder, [(r.hash, r.heading, r.text, r.kind) for r in rows]
             )

@@ -29,10 +29,11 @@ from nbmemory.remote.paths import endpoint
 SERVED_BY = ("background", "serve", "process")
 
 #: Operations that run alongside the others instead of one at a time: an index embeds for
-#: seconds to minutes (a live queue's slice, a first index), and a search must not wait for it.
+#: seconds to minutes (a live queue's slice, a first index), and a search must not wait for it;
+#: a wait for the background refiner waits as long.
 #: The memory keeps them apart itself: the database lock around each statement and transaction
 #: (embedding happens outside it), the model-use lock between writes and a model swap.
-ALONGSIDE = frozenset({"index"})
+ALONGSIDE = frozenset({"index", "wait_refined"})
 
 
 class Turns:

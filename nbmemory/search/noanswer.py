@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 
 from nbmemory.search import nearmiss
 from nbmemory.search import reject as reject_mod
-from nbmemory.store.rows import HitRow, fetch_rows
+from nbmemory.store import passages
+from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows
 
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
     from nbmemory.search.adaptive import QueryEvidence
     from nbmemory.search.base import Ranked, Retrieved
-    from nbmemory.search.trace import Trace
+    from nbmemory.search.trace import Stage, Trace
     from nbmemory.store.db import Database
 
 
@@ -73,6 +74,10 @@ class NoAnswer:
                 # Two retrievers that pick the same source on their own are evidence it answers.
                 if self._first_sources_agree(found):
                     numbers += "; BM25 and the vector side put the same source first"
+                # A candidate whose passages are still being made may rise above the near-miss
+                # cosine once they are: no call of "far from everything" rests on its own vector.
+                elif waiting := self._awaiting_passages(found, fusion):
+                    numbers += f"; passages of {waiting} candidates are still being made: not judged far"
                 # Only then is the memory's near-miss cosine read (measured once per memory state).
                 elif (near := nearmiss.near_miss(self.db, self.embedder)) is not None:
                     # The first hit's fused score as fusion gave it (later stages rescale scores).
@@ -83,6 +88,19 @@ class NoAnswer:
                     numbers += f"; {more}"
             stage.notes = {"rejected": rejected, "why": numbers}
         return rejected, reason
+
+    def _awaiting_passages(self, found: dict[str, Retrieved], fusion: Stage | None) -> int:
+        """How many of the fused candidates await their passages (the background refiner has not
+        made them yet); 0 without a read when none may (:func:`nbmemory.store.passages.awaiting`)."""
+        fingerprint = self.embedder.fingerprint
+        if not passages.refining(self.db, fingerprint):
+            return 0
+        retrieved = [i for got in found.values() for i in got.ids]
+        ids = list(dict.fromkeys([*retrieved, *(fusion.scores if fusion else {})]))
+        rows = fetch_rows(self.db, ids, CandidateRow)
+        contents = [(r.content_hash, r.heading or "", r.text, r.kind) for r in rows.values()]
+        waiting = set(passages.awaiting(self.db, fingerprint, contents))
+        return sum(r.content_hash in waiting for r in rows.values())
 
     def _first_sources_agree(self, found: dict[str, Retrieved]) -> bool:
         """Whether every retriever's first item comes from one source (a remembered item is a

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
-from nbmemory.ingest.windows import KINDS, window_spans, windows
+from nbmemory.ingest.windows import KINDS, WINDOW_CHARS, window_spans, windows
 from nbmemory.store.chunks import embedding_text
 from nbmemory.store.db import Database
 from nbmemory.store.vectors import cosine64
@@ -229,16 +229,70 @@ def _store(
     return len(flat)
 
 
-def missing(db: Database, fingerprint: str) -> list[Content]:
-    """Live chunks of prose with two or more windows and no passages for this model."""
-    kinds = sorted(KINDS)
-    rows = db.fetchall(
-        "SELECT DISTINCT c.content_hash, c.heading, c.text, c.kind FROM chunks c "
-        "WHERE c.deleted_at IS NULL AND c.kind IN (SELECT unnest(?::VARCHAR[])) AND NOT EXISTS "
-        "(SELECT 1 FROM passages p WHERE p.fingerprint = ? AND p.content_hash = c.content_hash)",
-        [kinds, fingerprint],
+def missing(db: Database, fingerprint: str, con: Any = None) -> list[Content]:
+    """Live chunks of prose with two or more windows and no passages for this model, oldest
+    first; read through ``con`` (a snapshot cursor: :meth:`Database.snapshot`) when given, so a
+    background reader does not hold the store's lock for the scan."""
+    # A text shorter than one window holds one window at most (its pieces and the spaces
+    # joining them fit in it): only longer ones are split here.
+    sql = (
+        "SELECT c.content_hash, any_value(c.heading), any_value(c.text), any_value(c.kind) "
+        "FROM chunks c WHERE c.deleted_at IS NULL AND c.kind IN (SELECT unnest(?::VARCHAR[])) "
+        "AND length(c.text) >= ? AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.fingerprint = ? "
+        "AND p.content_hash = c.content_hash) GROUP BY c.content_hash ORDER BY min(c.id)"
     )
+    params = [sorted(KINDS), WINDOW_CHARS, fingerprint]
+    rows = con.execute(sql, params).fetchall() if con is not None else db.fetchall(sql, params)
     return [(r[0], r[1] or "", r[2], r[3]) for r in rows if texts_of(r[1] or "", r[2], r[3])]
+
+
+def stored_count(db: Database, fingerprint: str) -> int:
+    """How many passages of this model the live chunks' content has."""
+    return int(
+        db.scalar(
+            "SELECT count(*) FROM passages WHERE fingerprint = ? AND content_hash IN "
+            "(SELECT content_hash FROM chunks WHERE deleted_at IS NULL)",
+            [fingerprint],
+        )
+    )
+
+
+def window_count(contents: Iterable[Content]) -> int:
+    """How many passages ``contents`` need in all."""
+    return sum(len(texts_of(heading, text, kind)) for _, heading, text, kind in contents)
+
+
+#: The key under which :data:`Database.passage_cache` says, per model, that passages may be
+#: pending (a background refiner runs): see :func:`mark_refining` and :func:`awaiting`.
+_REFINING = "refining:"
+
+
+def mark_refining(db: Database, fingerprint: str, refining: bool) -> None:
+    """Say whether this model's passages may be pending in this memory (a write left them to a
+    background refiner, or it has not yet checked) or are known to be complete."""
+    key = _REFINING + fingerprint
+    if refining:
+        db.passage_cache[key] = True
+    else:
+        db.passage_cache.pop(key, None)
+
+
+def refining(db: Database, fingerprint: str) -> bool:
+    """Whether this model's passages may be pending (:func:`mark_refining`)."""
+    return bool(db.passage_cache.get(_REFINING + fingerprint))
+
+
+def awaiting(db: Database, fingerprint: str, contents: Iterable[Content]) -> list[str]:
+    """The content hashes among ``contents`` whose passages are still to be made: each has two
+    or more windows and no passage of this model yet. Empty when the memory refines nothing
+    (its passages are made with each write, or are complete), without reading anything."""
+    if not refining(db, fingerprint):
+        return []
+    wanted = {c[0]: c for c in contents if texts_of(c[1], c[2], c[3])}
+    if not wanted:
+        return []
+    have = vectors_of(db, fingerprint, list(wanted))
+    return [digest for digest in wanted if digest not in have]
 
 
 def fill_missing(db: Database, embedder: Embedder, progress: Callable[[int], None] | None = None) -> int:
