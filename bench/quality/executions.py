@@ -2,7 +2,7 @@
 with judged questions.
 
     python -m bench.quality.executions                          # default / bm25 / vector
-    python -m bench.quality.executions --configs default,default-flat,bm25,vector
+    python -m bench.quality.executions --configs default,default-flat,bm25,bm25-flat,vector,vector-flat,rrf
     python -m bench.quality.executions --build-only             # just build (or find) the memory
     python -m bench.quality.executions --per-query FILE.jsonl   # every question's ranks
 
@@ -20,7 +20,9 @@ the whole memory with ``k = 10``; a hit counts when it is a judged cell (an item
 list shows it. Metrics (``pytrec_eval``): MRR@10, R@5, R@10, nDCG@10 (graded); ``notebook_mrr@10``
 counts a hit from a judged cell's notebook instead (the right notebook, maybe another cell).
 ``flagged`` is the share the no-answer flag marks, of the answerable questions and of the
-questions the memory holds no answer to. Reported on both halves of a split by notebook fixed
+questions the memory holds no answer to. ``-flat`` configs turn the ``group`` stage off (one
+result per notebook, its best cell, the others in ``Hit.more``), so every cell ranks on its own;
+``rrf`` is plain RRF with every optional stage off. Reported on both halves of a split by notebook fixed
 before any result was seen (nothing was tuned on either), and by question type.
 """
 
@@ -67,6 +69,8 @@ CONFIGS: dict[str, PipelineConfig] = {
     "default-flat": PipelineConfig(group=False),
     "bm25": PipelineConfig(retrievers=("bm25",)),
     "vector": PipelineConfig(retrievers=("vector",)),
+    "bm25-flat": PipelineConfig(retrievers=("bm25",), group=False),
+    "vector-flat": PipelineConfig(retrievers=("vector",), group=False),
     "rrf": PipelineConfig.plain(),
 }
 METRICS = ("mrr@10", "r@5", "r@10", "ndcg@10", "notebook_mrr@10")
