@@ -696,14 +696,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("status", "the folders kept current, and what live indexing has pending, is doing or failed", JSON)
+@command(
+    "status",
+    "the folders kept current, what live indexing has pending, is doing or failed, and the passages refined so far",
+    JSON,
+)
 def cmd_status(args: argparse.Namespace) -> int:
     from nbmemory.cli.watch import print_status
     from nbmemory.live import watchers
 
     with _memory(args) as mem:
         roots = mem.roots()
-    print_status(roots, watchers(_settings(args).db_path), args.json)
+        refine = mem.stats().get("refine")
+    print_status(roots, watchers(_settings(args).db_path), args.json, refine)
     return 0
 
 

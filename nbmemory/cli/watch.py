@@ -63,13 +63,32 @@ def run_watch(mem: Any, folders: Sequence[str], namespace: str | None, scan: boo
     return 0
 
 
-def print_status(roots: list[dict[str, Any]], watchers: list[dict[str, Any]], as_json: bool) -> None:
-    """The roots and what each live indexer is doing, as text or JSON."""
+def refine_line(refine: dict[str, int] | None) -> str:
+    """``Memory.stats()["refine"]`` in words: ``refining: 2,140 of 11,345 passages`` while the
+    background refiner works, else how many passages the memory holds."""
+    done, total = (refine or {}).get("done", 0), (refine or {}).get("total", 0)
+    if total > done:
+        return f"refining: {done:,} of {total:,} passages"
+    return f"passages: {total:,}, complete"
+
+
+def print_status(
+    roots: list[dict[str, Any]],
+    watchers: list[dict[str, Any]],
+    as_json: bool,
+    refine: dict[str, int] | None = None,
+) -> None:
+    """The roots, what each live indexer is doing and the passages made so far, as text or JSON."""
     if as_json:
         import json
 
-        print(json.dumps({"roots": roots, "watchers": watchers}, indent=2, default=str))
+        shown: dict[str, Any] = {"roots": roots, "watchers": watchers}
+        if refine is not None:
+            shown["refine"] = refine
+        print(json.dumps(shown, indent=2, default=str))
         return
+    if refine is not None:
+        print(refine_line(refine))
     print(f"roots ({len(roots)}):" if roots else "roots: none (`nbmemory index DIR` adds one)")
     for r in roots:
         print(f"  {r['path']} [{r['namespace']}]")

@@ -762,7 +762,12 @@ class MemoryMagics(Magics):
         if args.json:
             print(json.dumps(stats, indent=2, default=str))
             return
+        from nbmemory.cli.watch import refine_line
         from nbmemory.jupyter.display import StatsView
+
+        if "refine" in stats:
+            # "refining: 2,140 of 11,345 passages" while the background refiner works.
+            stats["refine"] = refine_line(stats["refine"])
 
         display(StatsView(stats))
 
