@@ -21,7 +21,6 @@ shows every live indexer of a memory, whichever process asks.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -30,10 +29,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbmemory import private
 from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import kind_of
-from nbmemory.remote.paths import alive, endpoint
+from nbmemory.remote.paths import publish, published, status_folder
 from nbmemory.tune.versions import models_dir
 
 if TYPE_CHECKING:
@@ -257,12 +255,7 @@ class ChangeQueue:
         if self._status_file is None or (throttle and time.monotonic() - self._published < 0.25):
             return
         self._published = time.monotonic()
-        tmp = self._status_file.with_suffix(f".{threading.get_ident()}.tmp")
-        try:
-            private.write_text(tmp, json.dumps(self.status()))
-            os.replace(tmp, self._status_file)
-        except OSError:
-            pass  # the status is a courtesy: indexing goes on without it
+        publish(self._status_file, self.status())
 
     # -- the queue's thread -----------------------------------------------------------------
     def _main(self) -> None:
@@ -300,7 +293,7 @@ class ChangeQueue:
         if self._status_file is None and path is not None:
             db = _absolute(path)
             self._own = (db, str(models_dir(db)))
-            self._status_file = status_folder(db) / f"{self.source}-{os.getpid()}.json"
+            self._status_file = status_folder(db, "live") / f"{self.source}-{os.getpid()}.json"
         return self._memory
 
     def _is_own(self, path: str) -> bool:
@@ -477,27 +470,9 @@ def watch(
 
 
 # -- what every live indexer of a memory is doing ----------------------------------------------
-def status_folder(db_path: str | os.PathLike[str]) -> Path:
-    """The private folder where the live indexers of ``db_path`` publish their status."""
-    folder = endpoint(Path(db_path))[1].with_suffix(".live")
-    private.make_dir(folder)
-    return folder
-
-
 def watchers(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The status of every live indexer of ``db_path`` that runs (:meth:`ChangeQueue.status`)."""
-    found = []
-    for file in sorted(status_folder(db_path).glob("*.json")):
-        try:
-            data = json.loads(file.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict) or not alive(int(data.get("pid", 0))):
-            with contextlib.suppress(OSError):
-                file.unlink()  # left by a process that died
-            continue
-        found.append(data)
-    return found
+    return published(db_path, "live")
 
 
 def summary(db_path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -337,6 +337,6 @@ def test_fixed_roots_and_the_status_file(memory: Memory, notes: Path) -> None:
 
 
 def summary_folder(memory: Memory) -> Path:
-    from nbmemory.live import status_folder
+    from nbmemory.remote.paths import status_folder
 
-    return status_folder(memory.path)
+    return status_folder(memory.path, "live")

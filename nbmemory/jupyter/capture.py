@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nbmemory.own_output import calls_magic, is_rendered, mimebundle, without_printed, without_setup
+from nbmemory.remote.paths import publish, status_folder
 
 __all__ = ["CaptureNotice", "CellCapture"]
 
@@ -128,10 +129,16 @@ class CellCapture:
         shell: Any,
         memory: Callable[[], Any],
         namespace: Callable[[], str | None] = lambda: None,
+        memory_path: Callable[[], Path | None] = lambda: None,
     ) -> None:
         self.shell = shell
         self._memory = memory
         self._namespace = namespace
+        self._memory_path = memory_path
+        # Where this kernel says it captures (the Jupyter server's sidebar lists such kernels).
+        self._status_file: Path | None = None
+        self._since: str | None = None
+        self._last_notebook: str | None = None
         self.enabled = False
         self._kept = _Kept()
         self._started: float | None = None
@@ -163,6 +170,11 @@ class CellCapture:
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
         self.enabled = True
+        self._since = datetime.now(UTC).isoformat(timespec="seconds")
+        path = self._memory_path()
+        if path is not None:
+            self._status_file = status_folder(path, "capture") / f"kernel-{os.getpid()}.json"
+            self._publish()
 
     def stop(self, wait: float = 2.0) -> None:
         """Capture no more cells; those already queued are written (waiting up to ``wait`` s)."""
@@ -178,6 +190,10 @@ class CellCapture:
             self._running = False
             self._kept.active = False
         self.flush(wait)
+        if self._status_file is not None:
+            with contextlib.suppress(OSError):
+                self._status_file.unlink()
+            self._status_file = None
 
     def close(self) -> None:
         """Stop, write what is queued, and end the thread."""
@@ -443,6 +459,23 @@ class CellCapture:
         self.counts["captured"] += len(runs)
         self.last_id = ids[-1] if ids else self.last_id
         self.last_error = None
+        self._last_notebook = runs[-1].get("notebook", self._last_notebook)
+        self._publish()
+
+    def _publish(self) -> None:
+        """Say that this kernel captures, into which notebook it last did, and how many cells."""
+        if self._status_file is None or not self.enabled:
+            return
+        publish(
+            self._status_file,
+            {
+                "pid": os.getpid(),
+                "kernel_id": _kernel_id(),
+                "notebook": self._last_notebook,
+                "since": self._since,
+                "runs": self.counts["captured"],
+            },
+        )
 
     def _exit_flush(self) -> None:
         # Registered once the memory is open: exit hooks run last first, so the queue is
@@ -510,6 +543,17 @@ class CellCapture:
             cached = (mtime, ids)
             self._cells[notebook] = cached
         return cached[1].get(cell_id)
+
+
+def _kernel_id() -> str | None:
+    """This kernel's id, as the Jupyter server knows it (from its connection file's name)."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = Path(get_connection_file()).stem
+    except Exception:  # not an ipykernel, or no connection file: the pid is enough
+        return None
+    return name.removeprefix("kernel-") if name.startswith("kernel-") else None
 
 
 def _only_shows(source: str) -> bool:

@@ -139,9 +139,16 @@ class MemoryMagics(Magics):
     ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
-        super().__init__(shell=shell, **kwargs)
+        # Set before the traits: settings given as config (``--MemoryMagics.db=...`` on a
+        # kernel's command line) reach _store_changed, which closes what is open, while the
+        # traits are set.
         self._memory: Memory | SharedMemory | None = None
         self._owns_memory = False
+        # The capture thread opens the memory too: one of them opens it, the other waits.
+        self._opening = threading.Lock()
+        #: The capture of this kernel's cells (``%memcapture``), started by ``%load_ext``.
+        self.cell_capture = CellCapture(shell, lambda: self.memory, lambda: self.namespace, self.memory_path)
+        super().__init__(shell=shell, **kwargs)
         self.index_job: WidgetIndexJob | None = None
         #: What the last ``%memforget`` forgot: what ``%memforget --undo`` brings back.
         self.forgotten: list[int] = []
@@ -150,10 +157,6 @@ class MemoryMagics(Magics):
         self.last_result: SearchResult | None = None
         # (time, source) of the cells run in this kernel, newest last.
         self._cells_run: deque[tuple[float, str]] = deque(maxlen=500)
-        # The capture thread opens the memory too: one of them opens it, the other waits.
-        self._opening = threading.Lock()
-        #: The capture of this kernel's cells (``%memcapture``), started by ``%load_ext``.
-        self.cell_capture = CellCapture(shell, lambda: self.memory, lambda: self.namespace)
 
     # -- the kernel's Memory ------------------------------------------------------------------
     @property

@@ -1,15 +1,19 @@
 """Where the processes sharing a memory meet: a private runtime folder and, per memory file, the
-owner's socket and key (:mod:`nbmemory.remote.owner`) and the live indexers' status files
-(:mod:`nbmemory.live`). Standard library only (and :mod:`nbmemory.private`), so any module can
+owner's socket and key (:mod:`nbmemory.remote.owner`) and the status files that processes
+working on the memory publish while they run (the live indexers, :mod:`nbmemory.live`; the
+kernels that capture their cells, :mod:`nbmemory.jupyter.capture`). Standard library only (and :mod:`nbmemory.private`), so any module can
 import it."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 from nbmemory import private
 
@@ -49,3 +53,41 @@ def alive(pid: int) -> bool:
     with contextlib.suppress(OSError, IndexError):
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True
+
+
+# -- status files: what the processes working on a memory say they are doing ---------------------
+def status_folder(db_path: str | os.PathLike[str], what: str) -> Path:
+    """The private folder where the processes doing ``what`` (``live``, ``capture``) with the
+    memory at ``db_path`` publish their status, one file each."""
+    folder = endpoint(Path(db_path))[1].with_suffix(f".{what}")
+    private.make_dir(folder)
+    return folder
+
+
+def publish(file: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` (with a ``pid`` while the process lives) to ``file`` at once: a reader
+    never sees half of it. A status is a courtesy: a failure to write it is ignored."""
+    tmp = file.with_suffix(f".{threading.get_ident()}.tmp")
+    try:
+        private.write_text(tmp, json.dumps(data))
+        os.replace(tmp, file)
+    except OSError:
+        pass
+
+
+def published(db_path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
+    """The statuses of the processes doing ``what`` with ``db_path`` that still run; the files
+    of those that died are removed."""
+    found = []
+    for file in sorted(status_folder(db_path, what).glob("*.json")):
+        try:
+            data = json.loads(file.read_text())
+            pid = int(data.get("pid", 0)) if isinstance(data, dict) else 0
+        except (OSError, ValueError, TypeError):
+            continue
+        if not pid or not alive(pid):
+            with contextlib.suppress(OSError):
+                file.unlink()  # left by a process that died
+            continue
+        found.append(data)
+    return found

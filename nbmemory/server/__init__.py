@@ -9,6 +9,7 @@ start to scan the indexed folders.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nbmemory.server import state
@@ -22,16 +23,21 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Register the ``/nbmemory/`` handlers; the memory itself opens on the first request."""
     from nbmemory.server import live
+    from nbmemory.server.capture import KernelCapture
     from nbmemory.server.handlers import setup_handlers
 
     shared = ServerState(serverapp.root_dir, state.memory_factory())
     serverapp.web_app.settings["nbmemory"] = shared
+    capture = KernelCapture(serverapp, lambda: Path(shared.memory().path))
+    serverapp.web_app.settings["nbmemory_capture"] = capture
     setup_handlers(serverapp.web_app)
     _serve_agents(serverapp, shared)
     serverapp.log.info("nbmemory: REST API at %snbmemory/ (memory opens on first use)", serverapp.base_url)
     if live.watch_enabled(serverapp):
         live.start(serverapp, shared)
         serverapp.log.info("nbmemory: files saved under indexed folders are indexed (NBMEMORY_WATCH=0: off)")
+    if capture.server_wide:
+        serverapp.log.info("nbmemory: every Python kernel started from now on captures its cells")
     # A module extension gets no stop hook; SharedMemory also closes itself at exit.
 
 

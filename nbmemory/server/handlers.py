@@ -41,6 +41,7 @@ from nbmemory.options import (
 )
 from nbmemory.search.prefix import expand_last_word, require_words
 from nbmemory.server.agents import AgentsHandler
+from nbmemory.server.capture import KernelCapture, capturing_kernels
 from nbmemory.server.notebooks import NotebooksHandler
 from nbmemory.server.state import ServerState
 
@@ -701,6 +702,36 @@ class TuneJobHandler(MemoryHandler):
         self.reply(_tune_dict(job_id, job))
 
 
+class CaptureHandler(MemoryHandler):
+    """``GET /nbmemory/capture``: ``{server_wide, env_off, kernels}``: whether every Python kernel
+    this server starts captures its cells, whether ``NBMEMORY_CAPTURE=0`` turns capture off, and
+    the kernels that capture into this memory now (``pid``, ``kernel_id``, ``notebook``,
+    ``since``, ``runs``). ``PUT`` with ``{server_wide: bool}`` turns the first on or off for
+    the kernels started from then on (:mod:`nbmemory.server.capture`)."""
+
+    @property
+    def capture(self) -> KernelCapture:
+        return self.settings["nbmemory_capture"]
+
+    async def _answer(self) -> None:
+        kernels = await self.call(lambda mem: capturing_kernels(mem.path))
+        for kernel in kernels:
+            kernel["notebook"] = _relative(kernel.get("notebook"), self.state.root_dir) or kernel.get("notebook")
+        self.reply({"server_wide": self.capture.server_wide, "env_off": self.capture.env_off(), "kernels": kernels})
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await self._answer()
+
+    @tornado.web.authenticated
+    async def put(self) -> None:
+        server_wide = self.body().get("server_wide")
+        if not isinstance(server_wide, bool):
+            raise _fail(400, f"server_wide must be true or false, got {server_wide!r}"[:300])
+        self.capture.server_wide = server_wide
+        await self._answer()
+
+
 ROUTES: list[tuple[str, type[APIHandler]]] = [
     ("search", SearchHandler),
     ("remember", RememberHandler),
@@ -718,6 +749,8 @@ ROUTES: list[tuple[str, type[APIHandler]]] = [
     ("notebooks", NotebooksHandler),
     # What agents in this Lab may do through Jupyter AI's MCP server (nbmemory/server/agents.py).
     ("agents", AgentsHandler),
+    # Which kernels capture their cells, and whether every new one does (nbmemory/server/capture.py).
+    ("capture", CaptureHandler),
 ]
 
 

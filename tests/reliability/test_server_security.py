@@ -143,7 +143,7 @@ def test_routes_are_the_handler_list(jp_serverapp: Any) -> None:
     # NotebooksHandler copies a built-in notebook and AgentsHandler sets the agents' mode: neither
     # opens the memory.
     assert all(issubclass(h, (MemoryHandler, NotebooksHandler, AgentsHandler)) for h in registered)
-    assert len(found) == len(handlers.ROUTES) == 14  # restore: the undo of forget
+    assert len(found) == len(handlers.ROUTES) == 15  # restore: the undo of forget; capture: which kernels capture
 
 
 def test_every_route_and_verb_refuses_requests_without_a_valid_token(

@@ -111,6 +111,7 @@ def test_every_route_is_registered(jp_serverapp: Any) -> None:
         "nbmemory/tune",
         "nbmemory/tune/([^/]+)",
         "nbmemory/related/([^/]+)",
+        "nbmemory/capture",
     }
 
 
