@@ -24,6 +24,7 @@ import pytest
 from nbmemory.jupyter.builtin_notebooks import NOTEBOOKS, cells_digest, copy_all, unchanged
 from tests.conftest import SHARED_VECTORS
 from tests.notebooks.beir_subset import SHARED_BEIR, cut
+from tools import run_notebooks
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -109,42 +110,9 @@ def jupyter_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def execute(path: Path) -> Any:
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=900, kernel_name=KERNEL, resources={"metadata": {"path": str(path.parent)}}
-    )
-    client.execute()
-    nbformat.write(nb, path.with_suffix(".executed.ipynb"))
+    nb = run_notebooks.execute(path, kernel=KERNEL)
+    assert run_notebooks.check_ran_cleanly(nb) >= 5
     return nb
-
-
-def check_ran_cleanly(nb: Any) -> None:
-    """No error, nothing on stderr, and every chart cell drew offline with a title and axis names."""
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
-    stderr = [o["text"] for o in outputs if o.get("name") == "stderr"]
-    assert not stderr, stderr
-    for o in outputs:
-        html = str(o.get("data", {}).get("text/html", ""))
-        assert "vegaEmbed" not in html and "cdn.jsdelivr" not in html, "a chart loads vega from a CDN"
-    states = (
-        nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    )
-    chart_cells = [c for c in nb.cells if "chart" in c.metadata.get("tags", [])]
-    assert chart_cells
-    for cell in chart_cells:
-        specs = [
-            states.get(o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"], {})
-            .get("state", {})
-            .get("spec")
-            for o in cell.outputs
-            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-        ]
-        assert specs and specs[0], f"cell {cell.id} drew no chart"
-        spec = json.dumps(specs[0])
-        assert '"mark"' in spec and '"title"' in spec and '"subtitle"' in spec, (
-            f"cell {cell.id}: {spec[:300]}"
-        )
 
 
 def thresholds_files(cache: Path) -> list[Path]:
@@ -157,7 +125,6 @@ def thresholds_files(cache: Path) -> list[Path]:
 @pytest.mark.model
 def test_diagnostics_notebook_runs_unedited_on_the_sample_memory(jupyter_env: Path, tmp_path: Path) -> None:
     nb = execute(jupyter_env / "memory_diagnostics.ipynb")
-    check_ran_cleanly(nb)
     text = json.dumps(nb.cells[2].outputs)
     assert "showing the bundled sample memory" in text and "does not exist yet" in text
     queries = json.dumps([c.get("outputs", []) for c in nb.cells])
@@ -185,7 +152,6 @@ def test_beir_notebook_runs_a_subset_then_the_sets_it_is_pointed_at(
     monkeypatch.setenv("NBMEMORY_BEIR_SUBSET_QUERIES", "4")
     monkeypatch.setenv("NBMEMORY_BEIR_SUBSET_DOCS", "40")
     nb = execute(jupyter_env / "beir_evaluation.ipynb")
-    check_ran_cleanly(nb)
     out = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "embedding on the CPU" in out or "embedding on the GPU" in out
     assert "scifact: 40 documents, 4 test queries" in out and "scifact: 80 documents, 8 test queries" in out
@@ -200,9 +166,33 @@ def test_beir_notebook_without_beir_data_says_where_to_put_it_and_runs_on_the_sa
 ) -> None:
     monkeypatch.setenv("NBMEMORY_BEIR_DIR", str(tmp_path / "no-beir-here"))
     nb = execute(jupyter_env / "beir_evaluation.ipynb")
-    check_ran_cleanly(nb)
     out = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "scifact: not found at" in out and "scifact.zip and unzip it" in out
     assert "running on the bundled sample corpus's built-in judged queries instead" in out
     assert "sample-corpus" in out
     assert os.environ["NBMEMORY_BEIR_FETCH"] == "0"
+
+
+def test_the_run_check_refuses_an_error_stderr_and_a_chart_cell_that_drew_nothing() -> None:
+    def notebook(outputs: list[dict[str, Any]], tags: list[str]) -> Any:
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("charts.score_chart(hits)", metadata={"tags": tags})
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]
+        nb.cells = [cell]
+        return nb
+
+    error = {
+        "output_type": "error",
+        "ename": "ModuleNotFoundError",
+        "evalue": "No module named 'pandas'",
+        "traceback": [],
+    }
+    pink = {"output_type": "stream", "name": "stderr", "text": "embedding 1024 texts"}
+    for outputs, tags, words in (
+        ([error], ["chart"], "No module named 'pandas'"),
+        ([pink], ["chart"], "stderr"),
+        ([], ["chart"], "drew no chart"),
+        ([], [], "no cell is tagged chart"),
+    ):
+        with pytest.raises(run_notebooks.NotebookCheckFailed, match=words):
+            run_notebooks.check_ran_cleanly(notebook(outputs, tags))
