@@ -4,6 +4,8 @@ nbclient and another process, is tests/test_capture_kernel.py."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -23,6 +25,7 @@ from nbmemory.errors import ConfigError
 from nbmemory.executions import plain_text
 from nbmemory.jupyter.capture import HEAD, TAIL, _Kept
 from nbmemory.jupyter.magics import MemoryMagics
+from nbmemory.remote.paths import published, status_folder
 from tests.conftest import CountingEmbedder
 
 NOTEBOOK = "/work/analysis.ipynb"
@@ -265,6 +268,18 @@ def test_a_shell_captures_its_cells_but_never_nbmemorys_own(ip: InteractiveShell
     with capture_output() as cap:
         ip.run_line_magic("memstats", "--json")
     assert '"capture": "on in this kernel' in cap.stdout
+    # The kernel says beside the memory that it captures into it (the Lab sidebar lists it).
+    [status] = [k for k in published(fake_mem.path, "capture") if k["pid"] == os.getpid()]
+    assert status["runs"] == 3 and status["since"]
+    # Another kernel capturing into this memory is named by %memstats (here: a live process).
+    other = status_folder(fake_mem.path, "capture") / "kernel-other.json"
+    other.write_text(json.dumps({"pid": os.getppid(), "notebook": "/w/train.ipynb", "runs": 2}))
+    with capture_output() as cap:
+        ip.run_line_magic("memstats", "--json")
+    other.unlink()
+    assert "1 other kernel(s) capture into this memory: train.ipynb" in cap.stdout
+    ip.run_line_magic("memcapture", "off")
+    assert [k for k in published(fake_mem.path, "capture") if k["pid"] == os.getpid()] == []
 
 
 def test_memcapture_turns_it_off_and_on_and_forgets_what_it_took(

@@ -171,10 +171,7 @@ class CellCapture:
         self.shell.events.register("post_run_cell", self.post_run_cell)
         self.enabled = True
         self._since = datetime.now(UTC).isoformat(timespec="seconds")
-        path = self._memory_path()
-        if path is not None:
-            self._status_file = status_folder(path, "capture") / f"kernel-{os.getpid()}.json"
-            self._publish()
+        self._publish()
 
     def stop(self, wait: float = 2.0) -> None:
         """Capture no more cells; those already queued are written (waiting up to ``wait`` s)."""
@@ -464,10 +461,18 @@ class CellCapture:
 
     def _publish(self) -> None:
         """Say that this kernel captures, into which notebook it last did, and how many cells."""
-        if self._status_file is None or not self.enabled:
+        if not self.enabled:
+            return
+        path = self._memory_path()
+        file = None if path is None else status_folder(path, "capture") / f"kernel-{os.getpid()}.json"
+        if file != self._status_file and self._status_file is not None:
+            with contextlib.suppress(OSError):
+                self._status_file.unlink()  # the kernel now writes to another memory
+        self._status_file = file
+        if file is None:
             return
         publish(
-            self._status_file,
+            file,
             {
                 "pid": os.getpid(),
                 "kernel_id": _kernel_id(),
