@@ -38,6 +38,7 @@ from mcp.types import CallToolResult
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
+from nbmemory.jupyter.agents import agents_line, agents_status
 from nbmemory.mcp import jupyter_ai
 from nbmemory.mcp.server import build_server
 from nbmemory.mcp.tools import MemoryTools, Policy
@@ -67,11 +68,11 @@ class Jupyter:
     runtime: Path
     process: subprocess.Popen[bytes]
 
-    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def api(self, method: str, path: str, body: Any = None, prefix: str = "nbmemory") -> tuple[int, Any]:
         """``method /nbmemory/<path>`` with the token: (status, JSON reply)."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         request = urllib.request.Request(
-            f"{self.url}/nbmemory/{path}",
+            f"{self.url}/{prefix}/{path}",
             data=data,
             method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
@@ -100,7 +101,8 @@ class Jupyter:
 
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jupyter]:
-    with running_server(tmp_path_factory.mktemp("jupyter-ai")) as server:
+    # Kernels it starts capture nothing: what a test stores is all the memory holds.
+    with running_server(tmp_path_factory.mktemp("jupyter-ai"), NBMEMORY_CAPTURE="0") as server:
         yield server
 
 
@@ -390,7 +392,62 @@ def test_a_server_started_with_the_tools_off_offers_none(tmp_path: Path, setting
         assert logged in server.log.read_text()
 
 
+@pytest.mark.integration
+def test_memstats_in_a_kernel_the_server_started_says_what_agents_have(jupyter: Jupyter) -> None:
+    from jupyter_client import BlockingKernelClient
+
+    status, kernel = jupyter.api("POST", "kernels", {"name": "python3"}, prefix="api")
+    assert status == 201, kernel
+    client = BlockingKernelClient(connection_file=str(jupyter.runtime / f"kernel-{kernel['id']}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+
+        def run(code: str) -> str:
+            shown: list[str] = []
+
+            def keep(message: dict[str, Any]) -> None:
+                content = message["content"]
+                shown.append(content.get("text") or content.get("data", {}).get("text/plain", ""))
+                shown.append(content.get("evalue", ""))
+
+            client.execute_interactive(code, output_hook=keep, timeout=180)
+            return "\n".join(shown)
+
+        run("%load_ext nbmemory")
+        jupyter.ok("PUT", "agents", {"mode": "read-only"})
+        assert "agents: search, get, related, context, stats (Jupyter AI, read-only)" in run("%memstats")
+        jupyter.ok("PUT", "agents", {"mode": "off"})
+        assert "agents: off" in run("%memstats")
+        jupyter.ok("PUT", "agents", {"mode": "on"})
+        assert '"mode": "on"' in run("%memstats --json")
+    finally:
+        client.stop_channels()
+        jupyter.api("DELETE", f"kernels/{kernel['id']}", prefix="api")
+        jupyter.ok("PUT", "agents", {"mode": "on"})
+
+
 # -- in process ----------------------------------------------------------------------------------
+def test_the_memstats_line() -> None:
+    status = {"installed": True, "mode": "on", "tools": TOOLS, "url": "http://localhost:3001/mcp"}
+    assert agents_line(status) == f"{', '.join(TOOLS)} (Jupyter AI)"
+    assert agents_line({**status, "mode": "read-only", "tools": READ_TOOLS}) == (
+        "search, get, related, context, stats (Jupyter AI, read-only)"
+    )
+    assert agents_line({**status, "mode": "off", "tools": []}) == "off"
+    # No MCP server in the kernel's Jupyter server, or no Jupyter server: no line at all.
+    assert agents_line({**status, "installed": False}) is None
+    assert agents_line(None) is None
+
+
+def test_a_kernel_without_a_jupyter_server_asks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JPY_PARENT_PID", raising=False)
+    assert agents_status() is None
+    monkeypatch.setenv("JPY_PARENT_PID", str(os.getpid()))  # no jpserver-<pid>.json for this process
+    assert agents_status() is None
+
+
 def test_each_function_has_the_mcp_tools_name_parameters_and_description() -> None:
     assert tuple(TOOLS) == jupyter_ai.NAMES and tuple(READ_TOOLS) == jupyter_ai.READ_TOOLS
     for name in TOOLS:
