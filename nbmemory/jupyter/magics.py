@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import sys
 import threading
 import time
@@ -74,6 +75,7 @@ from nbmemory.options import (
     tune_options,
 )
 from nbmemory.progress import index_bar
+from nbmemory.remote.paths import published
 
 if TYPE_CHECKING:
     from nbmemory.api import SearchResult
@@ -763,6 +765,10 @@ class MemoryMagics(Magics):
         with _as_usage_errors():
             stats = self.memory.stats()
         stats["capture"] = self.cell_capture.status()
+        others = [k for k in published(self.memory.path, "capture") if k.get("pid") != os.getpid()]
+        if others:
+            named = ", ".join(Path(k["notebook"]).name if k.get("notebook") else f"pid {k['pid']}" for k in others)
+            stats["capture"] += f"; {len(others)} other kernel(s) capture into this memory: {named}"
         # What agents in this kernel's Lab may do, asked of the Jupyter server that started it.
         from nbmemory.jupyter.agents import agents_line, agents_status
 
