@@ -10,8 +10,14 @@ the notebooks' charts draw offline, as :mod:`nbmemory.jupyter.plots` does (:func
 * :func:`relevance_by_rank`: P(relevant) per rank bucket, for any configuration's ranking.
 * :func:`disagreement`: how often two runs' top-10 sets differ.
 * :func:`derive_thresholds`: relevance tiers and no-answer rejection levels for the current
-  model, from those curves and from the scenario benchmark's miss questions; written as JSON for
-  the retrieval stages (:func:`save_thresholds`, :func:`thresholds_path`).
+  model, from those curves and from the scenario benchmark's miss questions;
+  :func:`proposed_thresholds` sets them beside those in use. Live search reads them only once a
+  person adopts them (:func:`adopt_thresholds`, undone by :func:`undo_adopted_thresholds`).
+* :func:`score_chart`, :func:`rank_chart`, :func:`flag_chart`: the memory diagnostics notebook's
+  charts (its data from :mod:`nbmemory.eval.memory_diagnostics`).
+
+Every chart has a title, named axes and a one-line reading of what it shows as its subtitle
+(:func:`titled`), computed from the data it draws.
 """
 
 from __future__ import annotations

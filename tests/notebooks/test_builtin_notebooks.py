@@ -196,3 +196,35 @@ def test_the_run_check_refuses_an_error_stderr_and_a_chart_cell_that_drew_nothin
     ):
         with pytest.raises(run_notebooks.NotebookCheckFailed, match=words):
             run_notebooks.check_ran_cleanly(notebook(outputs, tags))
+
+
+def test_adopting_thresholds_changes_live_search_only_when_asked_and_undo_restores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbmemory.eval import diagnostics
+    from nbmemory.search.reject import bundled_thresholds_path, thresholds_for
+
+    monkeypatch.setenv("NBMEMORY_CACHE", str(tmp_path / "cache"))
+    shipped = next(bundled_thresholds_path("x").parent.glob("*.json"))
+    fingerprint = shipped.stem
+    before = thresholds_for(fingerprint)
+    assert before is not None
+    derived = {
+        "model": "m",
+        "fingerprint": fingerprint,
+        "distance_tiers": {"high": 0.1, "medium": 0.2, "low": 0.3},
+    }
+    table = diagnostics.proposed_thresholds(derived)
+    assert table.columns == ["tier", "in use (shipped)", "derived here"]
+    assert thresholds_for(fingerprint) == before  # deriving and showing changed nothing
+    path = diagnostics.adopt_thresholds(derived)
+    after = thresholds_for(fingerprint)
+    assert after is not None and after.tiers["low"] == 0.3
+    # The no-answer levels in use are kept: a BEIR run has none of its own.
+    assert json.loads(path.read_text())["reject"] == json.loads(shipped.read_text())["reject"]
+    assert diagnostics.proposed_thresholds(derived).columns[1] == "in use (adopted by you)"
+    diagnostics.adopt_thresholds({**derived, "distance_tiers": {"high": 0.15, "medium": 0.25, "low": 0.35}})
+    assert json.loads(path.with_name(path.name + ".previous").read_text())["distance_tiers"]["low"] == 0.3
+    assert diagnostics.undo_adopted_thresholds(fingerprint) == path and not path.exists()
+    assert thresholds_for(fingerprint) == before
+    assert diagnostics.undo_adopted_thresholds(fingerprint) is None
