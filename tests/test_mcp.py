@@ -471,9 +471,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Memory, d
         yield mem, ids
 
 
-PROPERTY_CASES: list[int] = []
-
-
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     confined=st.sampled_from(NAMESPACES),
@@ -494,7 +491,6 @@ def test_property_confinement_holds_whatever_the_arguments(
     tools = MemoryTools(lambda: mem, Policy.create(namespace=confined))  # type: ignore[arg-type,return-value]
     all_ids = [i for group in ids.values() for i in group]
     item_id = all_ids[pick % len(all_ids)]
-    PROPERTY_CASES.append(1)
 
     def refused(call: Callable[[], object], expected: str) -> None:
         with pytest.raises(ToolError) as caught:
@@ -524,10 +520,6 @@ def test_property_confinement_holds_whatever_the_arguments(
         refused(lambda: tools.related(item_id), missing)
         refused(lambda: tools.forget(ids=[item_id]), missing)
     assert mem.stats()["forgotten"] == 0
-
-
-def test_property_cases_ran() -> None:
-    print(f"mcp confinement: {len(PROPERTY_CASES)} cases tried, leaks found = 0")
 
 
 # -- sharing -------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import json
 import random
 import re
 import string
-import time
 from dataclasses import dataclass
 
 import pytest
@@ -646,9 +645,9 @@ ADVERSARIAL = {
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
-def test_adversarial_megabyte_does_not_backtrack(name: str) -> None:
-    # A guard against catastrophic backtracking, not a benchmark: the bound is generous.
+def test_adversarial_megabyte_is_redacted_to_a_fixed_point(name: str) -> None:
+    # Built to make a backtracking pattern slow (bench.ingest.large_inputs times them); here:
+    # what comes out is stable, and redacting it again changes nothing.
     text = ADVERSARIAL[name]
-    start = time.perf_counter()
-    redact(text)
-    assert time.perf_counter() - start < 5.0
+    once = redact(text).text
+    assert redact(once).text == once
