@@ -2,9 +2,10 @@
 python -m tools.check_wheel [--workdir DIR] [--steps build,install,...]
 
 build    python -m build: the sdist, then the wheel built from that sdist
-install  a fresh venv (its pip upgraded first, as the Makefile does) holding only that wheel and
-         JupyterLab (versions from requirements.lock, so pip reads local files instead of resolving
-         afresh), plus Playwright for the browser step
+install  a fresh venv (its pip upgraded first, as the Makefile does) holding only that wheel with
+         its [notebooks] extra: JupyterLab, a kernel, nbclient, pandas (versions from
+         requirements.lock, so pip reads local files instead of resolving afresh), plus Playwright
+         for the browser step
 server   `jupyter server extension list`: nbmemory enabled and OK
 lab      `jupyter labextension list`: nbmemory enabled and OK (the prebuilt extension in the wheel)
 browser  jupyterlab.browser_check on Debian's Chromium (tools/browser_check.py)
@@ -12,6 +13,11 @@ magics   `%load_ext nbmemory` in IPython registers the %mem* magics
 demo     `nbmemory demo` on the bundled model and sample corpus (``--vector-cache DIR``: its
          document vectors read from DIR where there, as NBMEMORY_VECTOR_CACHE; the test suite
          passes the folder its other processes filled with the sample corpus)
+notebooks `nbmemory notebooks` copies the built-in notebooks, which run top to bottom unedited
+         (tools/run_notebooks.py, nbclient): the diagnostics one on the sample memory the demo
+         step made, the BEIR one on a small cut of the BEIR collections of this project's
+         machines (tests/notebooks/beir_subset.py; the sample corpus's judged queries without
+         them); every chart cell must draw offline; nothing is downloaded
 rebuild  `npm ci` (started first, beside the other steps) and a production build of labextension/
          (npm registry); fails when the result differs from the extension the wheel installed,
          that is when the committed one is stale, or when the TypeScript's lint (`npm run
@@ -35,7 +41,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ["build", "install", "server", "lab", "browser", "magics", "demo", "rebuild"]
+#: The BEIR collections of this project's machines: the notebooks step cuts a small subset of them.
+SHARED_BEIR = REPO.parent / "shared" / "datasets" / "beir"
+STEPS = ["build", "install", "server", "lab", "browser", "magics", "demo", "notebooks", "rebuild"]
 MAGICS = """
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
@@ -138,11 +146,8 @@ def run_step(
         # 18 s for the current pip.
         run([str(bin_ / "python"), "-m", "pip", "install", "-q", "--upgrade", "pip"], env, work)
         lock = str(REPO / "requirements.lock")
-        run(
-            [str(bin_ / "pip"), "install", "-q", "--no-compile", "-c", lock, str(wheel), "jupyterlab", "playwright"],
-            env,
-            work,
-        )
+        pip = [str(bin_ / "pip"), "install", "-q", "--no-compile", "-c", lock]
+        run([*pip, f"{wheel}[notebooks]", "playwright"], env, work)
     elif step == "server":
         out = run([str(bin_ / "jupyter"), "server", "extension", "list"], env, work)
         expect(r"nbmemory\s+enabled", out, "server extension not enabled")
@@ -161,6 +166,22 @@ def run_step(
         expect(rf"loaded {re.escape(str(venv))}/lib/", out, "nbmemory was not imported from the venv")
     elif step == "demo":
         run([str(bin_ / "nbmemory"), "-q", "demo"], env, work)
+    elif step == "notebooks":
+        copies = work / "notebooks"
+        shutil.rmtree(copies, ignore_errors=True)
+        copies.mkdir()
+        out = run([str(bin_ / "nbmemory"), "notebooks", str(copies)], env, work)
+        expect(r"Memory diagnostics: .* copied", out, "the diagnostics notebook was not copied")
+        beir = work / "beir"
+        shutil.rmtree(beir, ignore_errors=True)
+        if SHARED_BEIR.is_dir():
+            cut = [sys.executable, "-m", "tests.notebooks.beir_subset", str(SHARED_BEIR), str(beir)]
+            run(cut, {**env, "PYTHONPATH": str(REPO)}, REPO)
+        settings = {"NBMEMORY_BEIR_DIR": str(beir), "NBMEMORY_BEIR_FETCH": "0", "NBMEMORY_IDLE_SECONDS": "0"}
+        runner = [str(bin_ / "python"), str(REPO / "tools" / "run_notebooks.py"), str(copies)]
+        out = run(runner, {**env, **settings}, work)
+        expect(r"memory_diagnostics.ipynb: ran top to bottom", out, "the diagnostics notebook did not run")
+        expect(r"beir_evaluation.ipynb: ran top to bottom", out, "the BEIR notebook did not run")
     elif step == "rebuild":
         assert npm is not None  # started by check() whenever this step is asked for
         code = npm[0].wait(timeout=1800)
