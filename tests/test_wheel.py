@@ -1,7 +1,8 @@
-"""The built wheel, installed alone in a fresh venv with JupyterLab, works as a user gets it:
-tools/check_wheel.py (build, install, server and lab extensions, browser check, magics, demo, and
-a rebuild of the lab extension that must match the one shipped). Several minutes: most of it is pip
-installing the locked versions from local files, and npm ci."""
+"""The built wheel, installed alone in a fresh venv with its [notebooks] extra, works as a user gets
+it: tools/check_wheel.py (build, install, server and lab extensions, browser check, magics, demo,
+the built-in notebooks copied by `nbmemory notebooks` and run unedited, and a rebuild of the lab
+extension that must match the one shipped). Several minutes: most of it is pip installing the
+locked versions from local files, and npm ci."""
 
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ def test_the_wheel_installs_alone_and_works(tmp_path: Path) -> None:
     out = result.stdout + result.stderr
     print(out)  # the steps' log, shown with -s
     assert result.returncode == 0, out[-8000:]
-    for step in ("build", "install", "server", "lab", "browser", "magics", "demo", "rebuild"):
+    for step in ("build", "install", "server", "lab", "browser", "magics", "demo", "notebooks", "rebuild"):
         assert f"ok: {step} (" in out
     assert "nbmemory/labextension matches a fresh build of labextension/" in out
     assert "All matched files use Prettier code style" in out  # the TypeScript's lint ran
+    # Both built-in notebooks, copied by `nbmemory notebooks`, ran unedited with every chart drawn.
+    assert "memory_diagnostics.ipynb: ran top to bottom" in out
+    assert "beir_evaluation.ipynb: ran top to bottom" in out
