@@ -48,3 +48,15 @@ def test_every_dependency_is_locked_inside_its_range() -> None:
         assert req.specifier.contains(pins[name], prereleases=True), (
             f"locked {name}=={pins[name]} is outside {req}"
         )
+
+
+def test_the_version_is_written_once_and_the_labextension_carries_it() -> None:
+    import json
+
+    import nbmemory
+
+    project = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'dynamic = ["version"]' in project and 'attr = "nbmemory.__version__"' in project
+    # npm needs the version in package.json; the prebuilt copy is made from it.
+    for package in (REPO / "labextension" / "package.json", REPO / "nbmemory" / "labextension" / "package.json"):
+        assert json.loads(package.read_text(encoding="utf-8"))["version"] == nbmemory.__version__, package
