@@ -102,10 +102,11 @@ def main(argv: list[str]) -> int:
         except NotebookCheckFailed as failed:
             print(f"{name}: FAILED: {failed}", flush=True)
             return 1
-        said = [line for line in text(nb).split("\\n") if "showing the bundled sample memory" in line]
-        print(
-            f"{name}: ran top to bottom, {charts} chart cells drew" + (f"; {said[0][:160]}" if said else "")
-        )
+        lines = [
+            line for o in outputs(nb) if o.get("name") == "stdout" for line in str(o["text"]).splitlines()
+        ]
+        said = [line for line in lines if "sample memory" in line or "sample corpus" in line]
+        print(f"{name}: ran top to bottom, {charts} chart cells drew" + (f"; {said[0]}" if said else ""))
     return 0
 
 
