@@ -47,6 +47,10 @@ STEP_WINDOWS = 32
 #: A search in the last this many seconds counts as under way: searches come in runs (typing,
 #: an agent's turn), and a step begun between two of them would slow the second.
 SEARCH_QUIET_S = 0.25
+#: A refiner that searches kept waiting this long takes a step anyway (searches without end, an
+#: agent's loop, would otherwise hold passages off for good); a search then waits for the lock
+#: no longer than the step's commit (the store lets searches in flight finish first).
+MAX_YIELD_S = 5.0
 #: How often a refiner waiting for its turn looks again.
 POLL_S = 0.05
 #: After a failed step (a model that cannot load, a full disk), the wait before trying again.
@@ -231,8 +235,9 @@ class Refiner:
             return
         passages.mark_refining(self.db, fingerprint, True)
         todo = self._pending(fingerprint)
+        stale = not todo and self._near_miss_stale(fingerprint)
         embedder: Embedder | None = None
-        if todo:
+        if todo or stale:
             with self._cond:
                 self._cond.wait_for(lambda: self._asked or self._stopping, START_DELAY_S)
                 if self._stopping:
@@ -241,7 +246,8 @@ class Refiner:
             if embedder.fingerprint != fingerprint:  # swapped meanwhile: the next pass looks again
                 return
         with self._cond:
-            self._left = passages.window_count(todo)
+            if generation == self._generation:  # else a write came since the file was read
+                self._left = passages.window_count(todo)
         first = 0
         per_step = step_windows(embedder) if embedder is not None else STEP_WINDOWS
         while first < len(todo):
@@ -251,32 +257,37 @@ class Refiner:
                 step.append(todo[first])
                 windows += len(passages.texts_of(*todo[first][1:]))
                 first += 1
-            if not self._turn():
-                return
-            if self._stopping:
+            if not self._turn() or not self._begin_step():
                 return
             assert embedder is not None
-            with self._stepping_now(), self.model.use.writing():
-                if self.db.get_meta("model_fingerprint") != embedder.fingerprint:
-                    return  # a swap came first: its own fill made the new model's passages
-                passages.fill(self.db, embedder, step)
+            try:
+                with self.model.use.writing():
+                    if self.db.get_meta("model_fingerprint") != embedder.fingerprint:
+                        return  # a swap came first: its own fill made the new model's passages
+                    passages.fill(self.db, embedder, step)
+            finally:
+                self._end_step()
             with self._cond:
-                self._left = max((self._left or 0) - windows, 0)
+                if generation == self._generation and self._left is not None:
+                    self._left = max(self._left - windows, 0)
         # What writes left meanwhile is found by the next pass (their generation is newer).
-        if todo or self._near_miss_stale(fingerprint):
-            self._remeasure(embedder, fingerprint)
+        if (todo or stale) and not self._remeasure(embedder, fingerprint):
+            return  # closing: the next opening measures it
         self._completed(generation, fingerprint)
 
-    @contextlib.contextmanager
-    def _stepping_now(self) -> Iterator[None]:
+    def _begin_step(self) -> bool:
+        # Under the same lock as close(): a step either begins before the close (which then
+        # waits for it) or not at all.
         with self._cond:
+            if self._stopping:
+                return False
             self._stepping = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._stepping = False
-                self._cond.notify_all()
+            return True
+
+    def _end_step(self) -> None:
+        with self._cond:
+            self._stepping = False
+            self._cond.notify_all()
 
     def _pending(self, fingerprint: str) -> list[passages.Content]:
         con = self.db.snapshot()
@@ -286,35 +297,44 @@ class Refiner:
             con.close()
 
     def _turn(self) -> bool:
-        """Wait until no search ran for :data:`SEARCH_QUIET_S` and no write is under way (writes
-        go first); False once the memory closes."""
+        """Wait until no search ran for :data:`SEARCH_QUIET_S` (or searches kept it waiting for
+        :data:`MAX_YIELD_S`) and no write is under way (writes go first); False once the memory
+        closes."""
+        began = time.monotonic()
         with self._cond:
             while True:
                 if self._stopping:
                     return False
-                quiet = time.monotonic() - self._last_search >= SEARCH_QUIET_S
-                if not self._searches and quiet and not self.model.use.writes:
+                now = time.monotonic()
+                quiet = not self._searches and now - self._last_search >= SEARCH_QUIET_S
+                if not self.model.use.writes and (quiet or now - began >= MAX_YIELD_S):
                     return True
                 self._cond.wait(POLL_S)
 
     def _near_miss_stale(self, fingerprint: str) -> bool:
-        """Whether the near-miss cosine kept for this model was measured with fewer passages than
-        are stored now (a search measured it while passages were pending, then the process died)."""
+        """Whether the near-miss cosine kept for this model may have been measured with other
+        passages than are stored now (by a search while passages were pending, then the process
+        died; or by a version that did not say)."""
         if reject.thresholds_for(fingerprint) is None or self.db.get_meta(f"near_miss:{fingerprint}") is None:
             return False
         at = self.db.get_meta(_NEAR_MISS_AT + fingerprint)
-        return at is not None and int(at) != passages.stored_count(self.db, fingerprint)
+        return at is None or int(at) != passages.stored_count(self.db, fingerprint)
 
-    def _remeasure(self, embedder: Embedder | None, fingerprint: str) -> None:
+    def _remeasure(self, embedder: Embedder | None, fingerprint: str) -> bool:
         """Measure the near-miss cosine again, with every passage (what an index that made them
-        inline measured after its write)."""
-        if reject.thresholds_for(fingerprint) is None or not self._turn():
-            return
+        inline measured after its write); False when the memory closed first."""
+        if reject.thresholds_for(fingerprint) is None:
+            return True
         embedder = embedder or self.model.matching()
-        with self.model.use.writing():
+        if not self._turn() or not self._begin_step():
+            return False
+        try:
             nearmiss.forget(self.db, fingerprint)
             nearmiss.near_miss(self.db, embedder)
             self.db.set_meta(_NEAR_MISS_AT + fingerprint, passages.stored_count(self.db, fingerprint))
+        finally:
+            self._end_step()
+        return True
 
     def _completed(self, generation: int, fingerprint: str | None) -> None:
         with self._cond:
