@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
@@ -270,7 +270,7 @@ def test_remember_then_search_finds_it_in_the_servers_own_memory(jupyter: Jupyte
             )
             assert [h["id"] for h in by_speaker["hits"]] == [item["id"]]
             # Limits are the MCP tools' own: k above 100 is refused before anything runs.
-            assert "100" in error(await client.call_tool("search", {"query": "quokka", "k": 1000}))
+            assert "200" in error(await client.call_tool("search", {"query": "quokka", "k": 1000}))
             stats = data(await client.call_tool("stats", {}))
             assert stats["index_roots"] == [str(jupyter.root.resolve())]
             assert stats["read_only"] is False
@@ -390,6 +390,30 @@ def test_a_server_started_with_the_tools_off_offers_none(tmp_path: Path, setting
         assert server.ok("GET", "agents") == {"installed": True, "mode": "off", "tools": [], "url": url}
         assert not set(TOOLS) & set(anyio.run(listed, url))
         assert logged in server.log.read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.model
+def test_the_stdio_proxy_started_in_the_root_reaches_the_same_tools(jupyter: Jupyter) -> None:
+    # What an agent started in the server's folder runs: `jupyter-server-mcp-proxy`, which finds
+    # the server by its runtime info file (the server whose root holds the agent's folder).
+    jupyter.ok("PUT", "agents", {"mode": "on"})
+    jupyter.mcp_url()
+    proxy = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jupyter_server_mcp.proxy"],
+        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(jupyter.runtime), "HF_HUB_OFFLINE": "1"},
+        cwd=str(jupyter.root / "notes"),
+    )
+
+    async def test() -> None:
+        async with Client(stdio_client(proxy, errlog=(jupyter.log.parent / "proxy.log").open("a"))) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == TOOLS
+            stored = data(await client.call_tool("remember", {"text": "The wombat rota changes on Fridays."}))
+            found = data(await client.call_tool("search", {"query": "wombat rota Fridays"}))
+            assert found["hits"][0]["id"] == stored["item"]["id"], found
+
+    anyio.run(test)
 
 
 @pytest.mark.integration
