@@ -23,6 +23,8 @@ export interface IHit {
   tags: string[];
   importance: number;
   location: string;
+  /** Who wrote it: a chat message's sender. */
+  speaker?: string | null;
   found_by: string[];
   ranks: { [retriever: string]: number };
   /** Ids of the file's other chunks that ranked, when results come one per file. */
@@ -354,6 +356,220 @@ export function indexLine(job: IIndexJob): string {
   return job.progress.text;
 }
 
+/** A kernel that captures its executed cells into this memory (`GET /nbmemory/capture`). */
+export interface ICaptureKernel {
+  pid: number;
+  /** The notebook the kernel runs, relative to the server root; null when none is known. */
+  notebook: string | null;
+  /** When it began capturing (ISO time). */
+  since: string;
+  /** Cells captured so far. */
+  runs: number;
+}
+
+/** Capture of executed cells, as `GET /nbmemory/capture` and `PUT` answer it. */
+export interface ICaptureState {
+  /** Every new Python kernel this server starts captures its cells. */
+  server_wide: boolean;
+  /** NBMEMORY_CAPTURE=0 in the server's environment turns capture off. */
+  env_off: boolean;
+  kernels: ICaptureKernel[];
+}
+
+export type AgentMode = 'on' | 'read-only' | 'off';
+export const AGENT_MODES: AgentMode[] = ['on', 'read-only', 'off'];
+
+/** nbmemory's tools for Jupyter AI's agents, as `GET /nbmemory/agents` and `PUT` answer them. */
+export interface IAgentsState {
+  /** Whether the tools are installed in this server (jupyter-server-mcp). */
+  installed: boolean;
+  mode: AgentMode;
+  /** The tools agents may call in this mode. */
+  tools: string[];
+  url: string | null;
+}
+
+/** How far the memory's passages are: stored, and how many its chunks need. */
+export interface IRefine {
+  done: number;
+  total: number;
+}
+
+/** `GET /nbmemory/stats`, the parts the sidebar reads. */
+export interface IStats {
+  refine?: IRefine;
+  [key: string]: unknown;
+}
+
+/** A built-in notebook the server can copy (`GET /nbmemory/notebooks`). */
+export interface IBuiltinNotebook {
+  name: string;
+  title: string;
+  file: string;
+}
+
+/**
+ * Call an endpoint that an older or partial server may not have: null on its 404 (the front end
+ * then shows nothing of it); any other failure throws as `requestAPI` does.
+ */
+export async function optionalAPI<T>(
+  endpoint: string,
+  init: RequestInit = {}
+): Promise<T | null> {
+  try {
+    return await requestAPI<T>(endpoint, init);
+  } catch (error) {
+    if (error instanceof APIError && error.status === 404) {
+      return null;
+    }
+    throw error;
+  }
+}
+
+export function getCapture(): Promise<ICaptureState | null> {
+  return optionalAPI<ICaptureState>('capture');
+}
+
+/** Make every new Python kernel of this server capture its cells, or stop that. */
+export function setCapture(serverWide: boolean): Promise<ICaptureState | null> {
+  return optionalAPI<ICaptureState>('capture', {
+    method: 'PUT',
+    body: JSON.stringify({ server_wide: serverWide })
+  });
+}
+
+export function getAgents(): Promise<IAgentsState | null> {
+  return optionalAPI<IAgentsState>('agents');
+}
+
+export function setAgents(mode: AgentMode): Promise<IAgentsState | null> {
+  return optionalAPI<IAgentsState>('agents', {
+    method: 'PUT',
+    body: JSON.stringify({ mode })
+  });
+}
+
+export function getStats(): Promise<IStats | null> {
+  return optionalAPI<IStats>('stats');
+}
+
+/** The built-in notebooks the server offers; empty when it offers none (no endpoint). */
+export async function builtinNotebooks(): Promise<IBuiltinNotebook[]> {
+  const listed = await optionalAPI<{ notebooks: IBuiltinNotebook[] }>(
+    'notebooks'
+  );
+  return listed?.notebooks ?? [];
+}
+
+/** Copy the built-in notebook `name` into `dir` (relative to the server root, '' the root). */
+export function copyNotebook(
+  name: string,
+  dir: string
+): Promise<{ path: string }> {
+  return requestAPI<{ path: string }>('notebooks', {
+    method: 'POST',
+    body: JSON.stringify({ name, dir })
+  });
+}
+
+/** A count as people read it: `11,345`. */
+export function formatCount(value: number): string {
+  return value.toLocaleString('en-US');
+}
+
+/** How many of `names` a line shows before `+N more`. */
+const NAMES_SHOWN = 3;
+
+function someNames(names: string[]): string {
+  const shown = names.slice(0, NAMES_SHOWN).join(', ');
+  const rest = names.length - NAMES_SHOWN;
+  return rest > 0 ? `${shown} +${rest} more` : shown;
+}
+
+/** A capturing kernel by its notebook's name, else its process id. */
+function kernelName(kernel: ICaptureKernel): string {
+  return kernel.notebook ? baseName(kernel.notebook) : `pid ${kernel.pid}`;
+}
+
+/**
+ * Capture in one line: `Capture: on in 2 kernels (a.ipynb, b.ipynb)` or `Capture: off`, with
+ * `new kernels are captured` when the server turns it on in every kernel it starts, and
+ * `NBMEMORY_CAPTURE=0 turns it off` when the server's environment does (its kernels inherit it;
+ * a kernel that runs `%memcapture on` still captures).
+ */
+export function captureLine(state: ICaptureState): string {
+  const n = state.kernels.length;
+  const parts: string[] = [];
+  if (n > 0) {
+    const names = someNames(state.kernels.map(kernelName));
+    parts.push(`on in ${n} ${n === 1 ? 'kernel' : 'kernels'} (${names})`);
+  } else {
+    parts.push(state.server_wide && !state.env_off ? 'no kernel yet' : 'off');
+  }
+  if (state.env_off) {
+    parts.push(
+      `NBMEMORY_CAPTURE=0 turns it off${n > 0 ? ' in other kernels' : ''}`
+    );
+  } else if (state.server_wide) {
+    parts.push('new kernels are captured');
+  }
+  return `Capture: ${parts.join(' · ')}`;
+}
+
+/** Each capturing kernel on a line of its own: notebook, process, since when, cells captured. */
+export function captureDetails(state: ICaptureState): string {
+  const lines: string[] = [];
+  if (state.env_off && state.server_wide) {
+    lines.push(
+      "Capture cells of every kernel is on, but NBMEMORY_CAPTURE=0 in the server's environment turns it off in the kernels it starts"
+    );
+  }
+  return lines
+    .concat(
+      state.kernels.map(kernel => {
+        const since = new Date(kernel.since);
+        const when = isNaN(since.getTime())
+          ? kernel.since
+          : since.toLocaleString();
+        const runs = `${formatCount(kernel.runs)} ${kernel.runs === 1 ? 'cell' : 'cells'}`;
+        return `${kernel.notebook ?? '(no notebook)'}: pid ${kernel.pid}, since ${when}, ${runs}`;
+      })
+    )
+    .join('\n');
+}
+
+/**
+ * The agents' tools in one line: `Agents in this Lab: search, remember, forget`, with
+ * `(read-only)` in that mode, or `Agents: off`; null when the tools are not installed.
+ */
+export function agentsLine(state: IAgentsState): string | null {
+  if (!state.installed) {
+    return null;
+  }
+  if (state.mode === 'off') {
+    return 'Agents: off';
+  }
+  const tools = state.tools.length ? someNames(state.tools) : 'no tools';
+  return `Agents in this Lab: ${tools}${state.mode === 'read-only' ? ' (read-only)' : ''}`;
+}
+
+/**
+ * `refining: 2,140 of 11,345 passages` while the memory's passages are being added after a fast
+ * first index; null when they are all there or the server does not say.
+ */
+export function refineLine(stats: IStats | null): string | null {
+  const refine = stats?.refine;
+  if (
+    !refine ||
+    typeof refine.done !== 'number' ||
+    typeof refine.total !== 'number' ||
+    refine.done >= refine.total
+  ) {
+    return null;
+  }
+  return `refining: ${formatCount(refine.done)} of ${formatCount(refine.total)} passages`;
+}
+
 /** `bm25 0.0475 + cosine 0.4594 + passage 0.0200`: what a score is made of. */
 export function formatParts(parts: { [part: string]: number } = {}): string {
   return Object.entries(parts)
@@ -378,7 +594,8 @@ export function baseName(path: string): string {
 
 /**
  * Where a hit is, for people: `deploy.ipynb, cell 7` (cells count from 1, as the status bar
- * does), `notes.md, lines 12–30`, `paper.pdf, page 3`, `(remembered)`.
+ * does), `notes.md, lines 12–30`, `paper.pdf, page 3`, `team.chat, message 4 (Ada)`,
+ * `(remembered)`.
  */
 export function locationLabel(hit: IHit): string {
   const file = hit.path ?? hit.source;
@@ -386,6 +603,10 @@ export function locationLabel(hit: IHit): string {
     return '(remembered)';
   }
   const name = baseName(file);
+  if (hit.kind === 'chat' && hit.cell_index !== null) {
+    const speaker = hit.speaker ? ` (${hit.speaker})` : '';
+    return `${name}, message ${hit.cell_index + 1}${speaker}`;
+  }
   if (hit.cell_index !== null) {
     // The kernel's history notebook names its cells by execution count (cell id `in-N`).
     if (hit.cell_id === `in-${hit.cell_index}`) {

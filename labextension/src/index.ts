@@ -6,11 +6,26 @@ import {
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { PageConfig } from '@jupyterlab/coreutils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
+import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
+import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { IHit, baseName, remember, startIndex, waitForJob } from './api';
+// eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() asks for the built-in notebooks at once
+import {
+  AGENT_MODES,
+  AgentMode,
+  IHit,
+  baseName,
+  builtinNotebooks,
+  copyNotebook,
+  remember,
+  setAgents,
+  setCapture,
+  startIndex,
+  waitForJob
+} from './api';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() adds the sidebar at once
 import { MemoryPanel } from './panel';
 
@@ -24,7 +39,18 @@ namespace CommandIDs {
   export const index = 'nbmemory:index';
   export const searchSelection = 'nbmemory:search-selection';
   export const tune = 'nbmemory:tune';
+  export const openDiagnostics = 'nbmemory:open-diagnostics-notebook';
+  export const openBeir = 'nbmemory:open-beir-notebook';
 }
+
+/** The built-in notebooks by the server's name for them: their command and label. */
+const NOTEBOOK_COMMANDS: { [name: string]: { id: string; label: string } } = {
+  diagnostics: { id: CommandIDs.openDiagnostics, label: 'Memory diagnostics' },
+  beir: { id: CommandIDs.openBeir, label: 'BEIR evaluation' }
+};
+
+/** The launcher's section for nbmemory's notebooks. */
+const LAUNCHER_CATEGORY = 'Memory';
 
 const memoryIcon = new LabIcon({
   name: 'nbmemory:memory',
@@ -134,6 +160,19 @@ async function revealLines(widget: any, target: ITarget): Promise<void> {
   editor.focus();
 }
 
+/**
+ * The line of a chat file (JSON) where the message `id` is, from 1: a `.chat` file opened as
+ * text (no jupyterlab-chat in this Lab) shows its message there. Null when it is not found.
+ */
+function messageLine(source: string, id: string): number | null {
+  const escaped = JSON.stringify(id).replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const match = new RegExp(`"id"\\s*:\\s*${escaped}`).exec(source);
+  if (!match) {
+    return null;
+  }
+  return source.slice(0, match.index).split('\n').length;
+}
+
 /** Open a notebook at a cell: by cell id, else by index; make it active and scroll to it. */
 async function revealCell(panel: NotebookPanel, hit: ITarget): Promise<void> {
   await panel.context.ready;
@@ -165,14 +204,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     'The Memory sidebar: hybrid search over nbmemory, remember and index from notebooks.',
   autoStart: true,
   requires: [IDocumentManager, INotebookTracker],
-  optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer],
+  optional: [
+    ICommandPalette,
+    ISettingRegistry,
+    ILayoutRestorer,
+    ILauncher,
+    IDefaultFileBrowser
+  ],
   activate: (
     app: JupyterFrontEnd,
     docManager: IDocumentManager,
     tracker: INotebookTracker,
     palette: ICommandPalette | null,
     settingRegistry: ISettingRegistry | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    launcher: ILauncher | null,
+    fileBrowser: IDefaultFileBrowser | null
   ) => {
     let autoIndexOnSave = false;
 
@@ -186,8 +233,38 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    /**
+     * Open a chat at a message: with the factory Lab has for `.chat` files (jupyterlab-chat's
+     * chat where it is installed, the text editor otherwise, at the message's line).
+     */
+    const openChat = async (path: string, hit: IHit): Promise<void> => {
+      const widget = docManager.openOrReveal(path) as any;
+      const editor = widget?.content?.editor;
+      if (!editor || !hit.cell_id) {
+        return;
+      }
+      await widget.context?.ready;
+      const line = messageLine(
+        editor.model.sharedModel.getSource(),
+        hit.cell_id
+      );
+      if (line !== null) {
+        await revealLines(widget, {
+          cell_id: null,
+          cell_index: null,
+          line_start: line,
+          line_end: line
+        });
+      }
+    };
+
     const openHit = async (hit: IHit): Promise<void> => {
-      if (hit.path) {
+      if (!hit.path) {
+        return;
+      }
+      if (hit.kind === 'chat') {
+        await openChat(hit.path, hit);
+      } else {
         await openAt(hit.path, hit);
       }
     };
@@ -243,6 +320,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(panel, 'nbmemory-sidebar');
     // A run started before this page loaded (a reload, another tab) is followed here too.
     void panel.resumeTune();
+    // Kernels that start or stop change which ones capture their cells.
+    app.serviceManager.sessions.runningChanged.connect(() => {
+      if (panel.isVisible) {
+        void panel.refreshState();
+      }
+    });
 
     const namespace = (): string | undefined =>
       panel.defaultNamespace || undefined;
@@ -261,6 +344,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
             autoClose: 4000
           }
         );
+      }
+      if (quiet && done.state === 'done') {
+        void panel.refreshRefine();
       }
       if (quiet && panel.query) {
         await panel.refresh();
@@ -368,11 +454,51 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    // The built-in notebooks: a fresh copy in the file browser's folder, opened.
+    for (const [name, { id, label }] of Object.entries(NOTEBOOK_COMMANDS)) {
+      app.commands.addCommand(id, {
+        label,
+        caption: `Open a fresh copy of nbmemory's ${label} notebook in the file browser's folder`,
+        icon: args => (args.isPalette ? undefined : memoryIcon),
+        execute: async () => {
+          const dir = fileBrowser?.model.path ?? '';
+          try {
+            const { path } = await copyNotebook(name, dir);
+            docManager.openOrReveal(path);
+          } catch (error) {
+            Notification.error(
+              `Cannot open the ${label} notebook: ${(error as Error).message}`
+            );
+          }
+        }
+      });
+    }
+
+    const notebookIds = new Set(
+      Object.values(NOTEBOOK_COMMANDS).map(({ id }) => id)
+    );
     if (palette) {
       for (const command of Object.values(CommandIDs)) {
-        palette.addItem({ command, category: 'Memory' });
+        if (!notebookIds.has(command)) {
+          palette.addItem({ command, category: 'Memory' });
+        }
       }
     }
+    // Offered only where the server has them: an older server has no notebooks to copy.
+    void builtinNotebooks()
+      .then(listed => {
+        listed.forEach((notebook, rank) => {
+          const command = NOTEBOOK_COMMANDS[notebook.name]?.id;
+          if (!command) {
+            return;
+          }
+          palette?.addItem({ command, category: 'Memory' });
+          launcher?.add({ command, category: LAUNCHER_CATEGORY, rank });
+        });
+      })
+      .catch(reason =>
+        console.warn('nbmemory: cannot list the built-in notebooks', reason)
+      );
 
     // Index a notebook after each save, when the setting asks for it.
     tracker.widgetAdded.connect((_, nbPanel) => {
@@ -387,6 +513,41 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     });
 
+    // Settings the server holds: sent on load only when the user set them (otherwise the
+    // server's own default stands, which may come from its configuration), and on each change.
+    const userSet: { [key: string]: unknown } = {};
+    const sendToServer = (
+      settings: ISettingRegistry.ISettings,
+      key: string,
+      first: boolean,
+      send: (value: any) => Promise<void>
+    ): void => {
+      const user = settings.user[key];
+      const changed = first ? user !== undefined : user !== userSet[key];
+      userSet[key] = user;
+      if (changed) {
+        void send(settings.get(key).composite).catch(error =>
+          Notification.error(
+            `Cannot apply the setting ${key}: ${(error as Error).message}`
+          )
+        );
+      }
+    };
+    const applyServer = (
+      settings: ISettingRegistry.ISettings,
+      first: boolean
+    ) => {
+      sendToServer(settings, 'captureAllKernels', first, async value => {
+        const state = await setCapture(Boolean(value));
+        panel.showCapture(state);
+      });
+      sendToServer(settings, 'agentTools', first, async value => {
+        const mode: AgentMode = AGENT_MODES.includes(value) ? value : 'on';
+        const state = await setAgents(mode);
+        panel.showAgents(state);
+      });
+    };
+
     if (settingRegistry) {
       const apply = (settings: ISettingRegistry.ISettings) => {
         panel.topK = settings.get('topK').composite as number;
@@ -398,7 +559,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
         .load(PLUGIN_ID)
         .then(settings => {
           apply(settings);
-          settings.changed.connect(apply);
+          applyServer(settings, true);
+          settings.changed.connect(changed => {
+            apply(changed);
+            applyServer(changed, false);
+          });
         })
         .catch(reason =>
           console.error('nbmemory: failed to load settings', reason)

@@ -3,6 +3,8 @@ import { Widget } from '@lumino/widgets';
 
 import {
   APIError,
+  IAgentsState,
+  ICaptureState,
   IHit,
   IIndexJob,
   ISearchResult,
@@ -18,7 +20,14 @@ import {
   indexLine,
   locationLabel,
   restoreItems,
+  agentsLine,
   baseName,
+  captureDetails,
+  captureLine,
+  getAgents,
+  getCapture,
+  getStats,
+  refineLine,
   search,
   startIndex,
   startTune,
@@ -29,12 +38,25 @@ import {
   waitForTune
 } from './api';
 
-const KINDS = ['', 'markdown', 'notebook', 'code', 'text', 'memory'];
+const KINDS = [
+  '',
+  'markdown',
+  'notebook',
+  'code',
+  'text',
+  'chat',
+  'execution',
+  'memory'
+];
 const DEBOUNCE_MS = 300;
 /** How long a forgotten hit's Undo stays (the explorer widget's lasts as long). */
 export const UNDO_MS = 10_000;
 /** How often a running index job is asked how far it is. */
 const INDEX_POLL_MS = 400;
+/** How often the capture and agents lines are asked again while the sidebar shows. */
+const STATE_POLL_MS = 5_000;
+/** How often the memory's refinement is asked how far it is, while it goes on. */
+const REFINE_POLL_MS = 3_000;
 /** As `WEAK_LABEL` and `CLOSEST` in nbmemory/options.py, which the notebook views use. */
 const WEAK_LABEL =
   "weaker matches: far in meaning, and holding under half of the query's keywords";
@@ -165,9 +187,138 @@ export class MemoryPanel extends Widget {
       this._status,
       this._results,
       this._explain,
+      this._stateLines(),
       this._indexRow(),
       tune
     );
+  }
+
+  /**
+   * The memory's state, a line each, hidden while there is nothing to say or the server has no
+   * endpoint for it: which kernels capture their cells, the agents' tools, the refinement.
+   */
+  private _stateLines(): HTMLDivElement {
+    const lines = el('div', 'jp-nbmemory-state');
+    lines.setAttribute('role', 'status');
+    this._captureLine = el('div', 'jp-nbmemory-capture');
+    this._agentsLine = el('div', 'jp-nbmemory-agents');
+    this._refineLine = el('div', 'jp-nbmemory-refine');
+    for (const line of [
+      this._captureLine,
+      this._agentsLine,
+      this._refineLine
+    ]) {
+      line.hidden = true;
+      lines.appendChild(line);
+    }
+    return lines;
+  }
+
+  /** Show capture's state (null: the server has no capture endpoint, the line hides). */
+  showCapture(state: ICaptureState | null): void {
+    this._captureMissing = state === null;
+    this._captureLine.hidden = state === null;
+    if (state !== null) {
+      this._captureLine.textContent = captureLine(state);
+      this._captureLine.title = captureDetails(state);
+      this._captureLine.dataset.kernels = String(state.kernels.length);
+      this._captureLine.dataset.serverWide = String(state.server_wide);
+    }
+  }
+
+  /** Show the agents' tools (null or not installed: the line hides). */
+  showAgents(state: IAgentsState | null): void {
+    this._agentsMissing = state === null;
+    const line = state === null ? null : agentsLine(state);
+    this._agentsLine.hidden = line === null;
+    this._agentsLine.textContent = line ?? '';
+    this._agentsLine.title = state?.url ? `Their MCP server: ${state.url}` : '';
+    if (state !== null) {
+      this._agentsLine.dataset.mode = state.mode;
+    }
+  }
+
+  /**
+   * Ask the server again for capture's and the agents' state, and for the refinement when none
+   * is followed; an endpoint that answered 404 is not asked again (this server has none).
+   */
+  refreshState(): Promise<void> {
+    // One question at a time: a poll and a kernel's start may ask together.
+    this._stateAsk ??= this._askState().finally(() => {
+      this._stateAsk = null;
+    });
+    return this._stateAsk;
+  }
+
+  private async _askState(): Promise<void> {
+    const asks: Promise<void>[] = [];
+    if (!this._captureMissing) {
+      asks.push(getCapture().then(state => this.showCapture(state)));
+    }
+    if (!this._agentsMissing) {
+      asks.push(getAgents().then(state => this.showAgents(state)));
+    }
+    const results = await Promise.allSettled(asks);
+    for (const result of results) {
+      if (result.status === 'rejected') {
+        console.warn('nbmemory: cannot ask for the state', result.reason);
+      }
+    }
+  }
+
+  /**
+   * Show how far the memory's passages are (`refining: 2,140 of 11,345 passages`), and ask
+   * again every few seconds while they are being added; the line hides once they are all there.
+   */
+  async refreshRefine(): Promise<void> {
+    window.clearTimeout(this._refineTimer);
+    let line: string | null = null;
+    try {
+      line = refineLine(await getStats());
+    } catch (error) {
+      console.warn('nbmemory: cannot ask for the stats', error);
+    }
+    this._refineLine.hidden = line === null;
+    this._refineLine.textContent = line ?? '';
+    // Two asks at once (a show and an index run's end) leave one poll, not two.
+    window.clearTimeout(this._refineTimer);
+    if (line !== null && !this.isDisposed) {
+      this._refineTimer = window.setTimeout(
+        () => void this.refreshRefine(),
+        REFINE_POLL_MS
+      );
+    }
+  }
+
+  /** Whether the refinement line is shown and followed. */
+  get refining(): boolean {
+    return !this._refineLine.hidden;
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this.refreshState();
+    if (!this.refining) {
+      void this.refreshRefine();
+    }
+    window.clearInterval(this._stateTimer);
+    // Kernels start capturing and stop at any time; asked only while the sidebar is seen.
+    this._stateTimer = window.setInterval(() => {
+      if (!document.hidden) {
+        void this.refreshState();
+      }
+    }, STATE_POLL_MS);
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    window.clearInterval(this._stateTimer);
+  }
+
+  dispose(): void {
+    window.clearInterval(this._stateTimer);
+    window.clearTimeout(this._refineTimer);
+    super.dispose();
   }
 
   /** The "Index" row: a path, its button, and the run's bar and line while it goes. */
@@ -234,8 +385,12 @@ export class MemoryPanel extends Widget {
         INDEX_POLL_MS
       );
       this._showIndex(job);
-      if (job.state === 'done' && this.query) {
-        await this.refresh();
+      if (job.state === 'done') {
+        // A fast first index leaves passages to add: follow that here.
+        void this.refreshRefine();
+        if (this.query) {
+          await this.refresh();
+        }
       }
       return job;
     } catch (error) {
@@ -615,11 +770,10 @@ export class MemoryPanel extends Widget {
     }
     li.appendChild(el('div', 'jp-nbmemory-snippet', hit.snippet || hit.text));
     if (hit.more?.length) {
+      const part = hit.kind === 'chat' ? 'message' : 'cell';
       const unit =
         hit.cell_index !== null
-          ? hit.more.length > 1
-            ? 'cells '
-            : 'cell '
+          ? `${part}${hit.more.length > 1 ? 's' : ''} `
           : '';
       const more = el(
         'div',
@@ -756,6 +910,14 @@ export class MemoryPanel extends Widget {
   private _indexButton!: HTMLButtonElement;
   private _indexBar!: HTMLProgressElement;
   private _indexStatus!: HTMLDivElement;
+  private _captureLine!: HTMLDivElement;
+  private _agentsLine!: HTMLDivElement;
+  private _refineLine!: HTMLDivElement;
+  private _captureMissing = false;
+  private _agentsMissing = false;
+  private _stateAsk: Promise<void> | null = null;
+  private _stateTimer = 0;
+  private _refineTimer = 0;
   private _timer = 0;
   private _ticket = 0;
 }
