@@ -33,6 +33,7 @@ __all__ = [
     "CHUNKS",
     "CLOSEST",
     "KINDS",
+    "MAX_RESULTS",
     "RETRIEVERS",
     "TUNE_OPTIONS",
     "WEAK_LABEL",
@@ -145,6 +146,12 @@ def filter_options(namespace_default: str = "all") -> tuple[Option, ...]:
         Option("--speaker", help="only items said by this speaker (exact), e.g. user or Caroline"),
         Option("--conversation", help="only items of this conversation or session (exact)"),
     )
+
+
+#: The most results one request may ask for in the front ends a page or an agent drives: the REST
+#: API (and the sidebar's setting), the MCP tools, the magics. The Python API and the CLI, which
+#: export and script, take any k.
+MAX_RESULTS = 200
 
 
 RETRIEVERS = Option("--retrievers", help="bm25, vector or bm25,vector (default: both)")

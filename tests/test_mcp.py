@@ -107,8 +107,8 @@ def test_tools_are_listed_with_typed_schemas_and_descriptions(db: Path, tmp_path
             assert search["required"] == ["query"]
             assert search["properties"]["k"] == {
                 "default": 10,
-                "description": "How many results (1-100).",
-                "maximum": 100,
+                "description": "How many results (1-200).",
+                "maximum": 200,
                 "minimum": 1,
                 "title": "K",
                 "type": "integer",

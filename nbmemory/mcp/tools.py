@@ -39,7 +39,7 @@ from typing_extensions import TypedDict
 from nbmemory.api import MemoryAPI
 from nbmemory.errors import ConfigError, NbMemoryError
 from nbmemory.items import cell_number
-from nbmemory.options import KINDS, link_outside, search_filters
+from nbmemory.options import KINDS, MAX_RESULTS, link_outside, search_filters
 from nbmemory.safety import build_context, scan
 from nbmemory.search.prefix import require_words
 
@@ -50,7 +50,7 @@ __all__ = ["HOST", "ClosableMemory", "MemoryTools", "Policy"]
 
 #: Streamable HTTP listens here only: the server has no authentication of its own.
 HOST = "127.0.0.1"
-MAX_K = 100
+MAX_K = MAX_RESULTS
 
 # Kind filter values as an enum in the input schema (a model sees the choices); str for mypy.
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ else:
 
 # -- input types: the JSON schema of every tool argument, with what a model needs to know --------
 Query = Annotated[str, Field(description="What to look for, in plain words or exact identifiers.")]
-TopK = Annotated[int, Field(ge=1, le=MAX_K, description="How many results (1-100).")]
+TopK = Annotated[int, Field(ge=1, le=MAX_K, description=f"How many results (1-{MAX_K}).")]
 ItemId = Annotated[int, Field(ge=0, le=2**63 - 1, description="An item id, from a search result.")]
 Namespace = Annotated[
     str | None,
@@ -491,7 +491,7 @@ class MemoryTools:
                     )
                 forgotten = [] if dry else self.memory.forget(query=query, k=k, namespace=ns)
             elif selected:
-                selection = {"path": path, "kind": kind, "since": since, "until": until}
+                selection: dict[str, Any] = {"path": path, "kind": kind, "since": since, "until": until}
                 chosen = self.memory.forget(**selection, namespace=ns, dry_run=True)
                 items = [self.item(i, ns) for i in chosen[:MAX_K]]
                 candidates = [_candidate(i.id, i.namespace, i.location, i.text) for i in items]

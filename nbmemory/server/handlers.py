@@ -27,6 +27,7 @@ from nbmemory.forget_source import forget_source
 from nbmemory.items import cell_number
 from nbmemory.jobs import IndexJob, TuneJob, error_text
 from nbmemory.options import (
+    MAX_RESULTS,
     TUNE_OPTIONS,
     filter_options,
     link_outside,
@@ -45,7 +46,7 @@ from nbmemory.server.capture import KernelCapture, capturing_kernels
 from nbmemory.server.notebooks import NotebooksHandler
 from nbmemory.server.state import ServerState
 
-MAX_K = 200
+MAX_K = MAX_RESULTS
 MAX_NAMESPACE = 200
 # A remembered note is short; a larger document goes through `index`. Bodies are checked before
 # parsing, texts before redaction and embedding (both cost time in proportion to the size).
