@@ -52,13 +52,17 @@ __all__ = [
     "ServerTools",
     "attach",
     "available",
+    "check_mode",
     "context",
     "detach",
     "forget",
     "get",
     "index",
+    "middleware",
     "mode",
+    "mode_setting",
     "namespace_setting",
+    "policy",
     "related",
     "remember",
     "search",
@@ -292,7 +296,7 @@ def _tool(name: str) -> Callable[..., Any]:
 
     call.__name__ = call.__qualname__ = name
     call.__module__ = __name__
-    call.__doc__ = descriptions(Policy())[name]
+    call.__doc__ = descriptions(Policy(roots=(Path("<the Jupyter server's root>"),)))[name]
     call.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     call.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
     return call
