@@ -427,7 +427,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
     for copied in copy_all(args.dir, fresh=args.fresh):
         print(copied.describe())
-    print("open them in JupyterLab (`jupyter lab`), or from the Lab launcher's nbmemory section")
+    print("open them in JupyterLab (`jupyter lab`); its launcher's Memory section makes fresh copies too")
     return 0
 
 
