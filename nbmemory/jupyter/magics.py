@@ -649,7 +649,7 @@ class MemoryMagics(Magics):
         (resumable) and compares the two on held-out queries; the candidate replaces the current
         model only on a real gain, otherwise nothing changes and the report says why. Shows a
         progress widget; returns the report (``report.summary()``). ``nbmemory models`` lists
-        the versions. Minutes on a CPU: see the README for measured times.
+        the versions. It takes minutes on a CPU (docs/tuning.md says how many).
 
         With ``--background`` the run goes on in a thread and the magic returns its ``TuneJob``
         at once: the widget follows it, searches and other cells run meanwhile with the current

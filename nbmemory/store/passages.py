@@ -60,10 +60,10 @@ def method(embedder: Embedder) -> str:
     """How passage vectors are made: :data:`LATE` when ``NBMEMORY_PASSAGE_METHOD=late`` and
     ``embedder`` can pool spans, else :data:`SEPARATE` (the default).
 
-    Late pooling makes indexing about 3 times faster on a CPU; on the judged notes questions it
-    ranks a little lower (MRR@10 -.010 and -.013 on the first set's two splits, +.004 on the
-    fresh set) and the no-answer flag, calibrated on windows embedded alone, flagged one
-    answerable question: so it is not the default yet (README "Passages").
+    Late pooling embeds each chunk once instead of once per window, so indexing is faster; but
+    its windows rank a little lower on the judged notes questions, and the no-answer flag is
+    calibrated on windows embedded alone, so it is opt-in (docs/evaluation/notes.md, "Late
+    pooling").
     """
     wanted = os.environ.get("NBMEMORY_PASSAGE_METHOD", "windows").strip().lower()
     if wanted not in ("late", "windows"):
