@@ -110,8 +110,8 @@ class Settings:
         background owner and open the memory themselves.
     passages:
         Writes also embed the sentence windows of long chunks of prose, which search uses to
-        score them (``NBMEMORY_PASSAGES``, default on; ``0`` turns it off: indexing embeds 4
-        times less text on a CPU, search uses chunk vectors only). See README "Passages".
+        score them (``NBMEMORY_PASSAGES``, default on; ``0`` turns it off: indexing embeds each
+        chunk once, search uses chunk vectors only). See docs/evaluation/notes.md, "Passages".
         How they are made is ``NBMEMORY_PASSAGE_METHOD`` (``windows``, the default, or ``late``:
         :func:`nbmemory.store.passages.method`).
     """

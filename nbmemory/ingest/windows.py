@@ -5,7 +5,8 @@ is about is diluted by the rest of it. A chunk of prose that holds two or more w
 vector per window, and search scores the chunk by the best of its own cosine and its windows'
 (:mod:`nbmemory.store.passages`). A window starts at every sentence (or paragraph, or code block)
 and takes the following ones while it stays under :data:`WINDOW_CHARS` characters; one long block
-is cut at twice that. Measured in ``bench/quality/granularity.py`` (README "Passages").
+is cut at twice that. The window size is chosen by ``bench/quality/granularity.py``
+(docs/evaluation/notes.md, "Passages").
 """
 
 from __future__ import annotations

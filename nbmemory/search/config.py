@@ -20,8 +20,8 @@ class PipelineConfig:
     Stages run in this order: retrieval (``retrievers``), fusion (``fusion``: convex
     combination of scores or RRF; ``adaptive`` weights), ``reranker`` (gated cross-encoder),
     ``recency``, ``supersede``, ``dedup``, ``mmr``, ``group`` (one result per source), the cut
-    to ``k``, ``reject`` (the no-answer flag) and the relevance tiers. Why that order: see README
-    "Search pipeline".
+    to ``k``, ``reject`` (the no-answer flag) and the relevance tiers. Why that order: see
+    docs/search-pipeline.md, "Why this order".
 
     Parameters
     ----------

@@ -2,8 +2,8 @@
 
 DuckDB stays the store of record, and its ``fts`` extension builds the index these postings come
 from (:mod:`nbmemory.store.fts`). A search through SQL pays a fixed cost per statement and scores
-BM25 with a join (12-25 ms at 43k chunks); the same scores from arrays held in the process take
-well under a millisecond, and an exact cosine scan of 43k x 384 floats about one. So a search is
+BM25 with a join that grows with the memory; the same scores from arrays held in the process, and
+an exact cosine scan of the vectors as one matrix, cost a small fraction of that. So a search is
 served from here once the copies are built, and through SQL until then (and when
 ``NBMEMORY_HOT=0``): both give the same rankings (``tests/search/test_hot.py``).
 
@@ -175,7 +175,7 @@ class HotIndex:
 
         ``late_screen``: the int8 screen (from :data:`~nbmemory.search.screen.MIN_ROWS` rows) is
         built afterwards on a thread of its own (:meth:`_start_screen`), not here: for a build
-        inside a search, which would wait for it (about 250 ms at 11,000 rows).
+        inside a search, which would wait for it.
 
         The reads run in a transaction of their own cursor, begun under the store's lock (no
         write in flight: writers hold it for their whole transaction), so searches and writes go
@@ -665,7 +665,7 @@ RESCORE_MARGIN = 16
 #: Vectors the writers may leave for the next sync (about 30 MB at 384 dimensions).
 PENDING_VECTORS_MAX = 20_000
 #: Above this many chunks an unfiltered vector search scans the partitions nearest the query
-#: (about 1.5 ms at 1M chunks) instead of every vector (about 50 ms there; 1 ms at 43k).
+#: instead of every vector: below it an exact scan is fast enough and finds every true neighbour.
 ANN_MIN_ROWS = 200_000
 #: Partitions scanned per query, and the share of rows written since the partitions were made
 #: (scanned exactly meanwhile) past which they are made again.
@@ -740,8 +740,8 @@ def _cosines32(mat: np.ndarray, inv_norm: np.ndarray, rows: np.ndarray, q: np.nd
     """float32 cosines of ``rows`` of ``mat`` to the unit query ``q``: only those rows' products
     when they are under half of them (a filter's), each row summed by ``einsum`` on its own.
     Not BLAS below :data:`ANN_MIN_ROWS` rows: it splits a product this small over its threads
-    and then waits for one that the OS put aside; on two busy cores (load 4.5) 3,000 x 384 took
-    7 ms through BLAS against 0.3 through ``einsum``."""
+    and then waits for one that the OS put aside, which on busy cores costs far more than the
+    product itself."""
     part = mat[rows] if len(rows) < len(mat) // 2 else mat
     dots = part @ q if len(part) > ANN_MIN_ROWS else np.einsum("ij,j->i", part, q)
     return (dots if part is not mat else dots[rows]) * inv_norm[rows]

@@ -14,8 +14,8 @@ everything stored than nearly every note of this memory is from its nearest neig
 
 The value is kept in the file's ``meta`` table per model. ``Memory.index`` measures it when it
 changed something, and a search measures it again once the number of live chunks has moved by
-more than :data:`STALE_SHARE`: :data:`SAMPLE` query embeddings and vector searches (2.7 s for the
-882 notes of ``tests/data/til`` on a 2-core CPU).
+more than :data:`STALE_SHARE`: :data:`SAMPLE` query embeddings and vector searches, seconds on a
+CPU, which is why it is kept rather than measured per search.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _fresh(measured_at: int, chunks: int) -> bool:
 
 
 def _live_chunks(db: Database) -> int:
-    # From the memory-resident index when it serves (microseconds), else SQL (~0.3 ms at 2k).
+    # From the memory-resident index when it serves (no statement), else SQL.
     with db.lock:
         index = hot.serving(db)
         if index is not None:

@@ -64,8 +64,8 @@ def cosines(
 ) -> dict[int, float]:
     """``known`` cosines plus the exact cosine to ``qvec`` of the ``ids`` it lacks (their stored
     vectors taken from ``vectors`` when given, else fetched once), computed in the order of
-    ``ids``. (Fetched from the table, not the memory-resident index, they used to come in the
-    table's order: float32 products may round the last bit of a cosine by its row's place.)"""
+    ``ids`` whatever order the table returns them in: a float32 product may round the last bit of
+    a cosine by its row's place, and the same query must give the same scores on every path."""
     out = dict(known)
     missing = [i for i in ids if i not in out]
     if missing:

@@ -23,16 +23,16 @@ from nbmemory.store.fts import words_of_terms
 
 TIERS = ("high", "medium", "low")
 #: Share of a query's IDF mass held by words no stored item contains, from which the keyword side
-#: counts as evidence of no answer. Chosen on the notes dev split (13 questions without an answer,
-#: 68 with), checked on its test split, the scenario benchmark and BEIR: see README "No answer".
+#: counts as evidence of no answer. Chosen on the notes benchmark's dev split and checked on held-out
+#: questions, the scenario benchmark and BEIR (docs/evaluation/notes.md, "No answer").
 UNSEEN_SHARE = 0.35
 #: Only a missing word rare in English counts, rare meaning below this Zipf frequency (wordfreq's
 #: English list; 3 is once per million words: "laptop" 4.2, "bookmark" 3.0, "kubernetes" 2.3,
-#: "asyncio" 0). A memory lacks most common words (a paraphrase's "laptop", "awake", "decorative"
-#: were missing from 600 of the 1,871 real notes of the notes benchmark as often as the topics of
-#: unanswerable questions), while a missing "kubernetes", "asyncio" or "terraform" is the topic
-#: itself. Counting every word flagged 3 of 65 answerable held-out questions in a 900-note memory;
-#: counting rare words only, none in memories of 300 to 1,871 notes (README "No answer").
+#: "asyncio" 0). A personal memory lacks most common words, so a paraphrase's "laptop" or "awake"
+#: missing from it says nothing, while a missing "kubernetes", "asyncio" or "terraform" is the
+#: topic itself. Lower, a question about a rare topic the memory lacks goes unflagged; higher,
+#: answerable questions worded differently from their notes get flagged (docs/evaluation/notes.md,
+#: "No answer").
 RARE_ZIPF = 3.0
 #: The best keyword match holds under this share of the query's IDF mass: wording the notes do not
 #: use (the boundary at which adaptive fusion leans to the vector side, :mod:`~nbmemory.search.adaptive`).
@@ -53,7 +53,7 @@ def _common_words() -> frozenset[str]:
     """The English words at Zipf >= :data:`RARE_ZIPF` in wordfreq's large English list (the list
     its ``zipf_frequency`` reads; ``tests/search/test_stages.py`` checks that they agree).
 
-    Read from wordfreq's data file without importing wordfreq (60 ms instead of 0.3 s): a
+    Read from wordfreq's data file without importing wordfreq, whose import is slower still: a
     gzipped msgpack list whose first entry is a header and entry ``i`` the words at ``-(i - 1)``
     centibels, that is at Zipf ``9 - (i - 1) / 100``.
     """
@@ -176,7 +176,7 @@ class Thresholds:
         weak_vec = sim < 1.0 - medium
         numbers = f"best cosine {sim:.3f} {'<' if weak_vec else '>='} {1.0 - medium:.3f} (medium tier)"
         if not weak_vec:
-            return False, "", numbers  # no need to read the word list (60 ms at its first use)
+            return False, "", numbers  # no need to read the word list (slow at its first use)
         share = missing.share()
         unseen_enough = share >= UNSEEN_SHARE and share > covered
         numbers += (

@@ -1,10 +1,10 @@
 """An exact vector scan from a copy a quarter the size: an int8 screen with a proven error bound.
 
 The exact scan of the memory-resident index multiplies every stored vector (float32) by the
-query: at 50,000 chunks of 384 dimensions that is 77 MB read per search, about 3.6 ms on these
-cores, bound by memory. The screen keeps each unit row ``u`` as 7-bit integers ``q`` with one
+query: at 50,000 chunks of 384 dimensions that is 77 MB read per search, and the scan is bound by
+memory, not arithmetic. The screen keeps each unit row ``u`` as 7-bit integers ``q`` with one
 scale ``s`` (``u = s * q + e``) and the query likewise (``x = t * p + f``), and scores every row
-with one integer product through ONNX Runtime's ``MatMulInteger`` (about 1 ms against 4). Then
+with one integer product through ONNX Runtime's ``MatMulInteger``, reading a quarter of the bytes. Then
 ``u . x = s * t * (q . p) + s * (q . f) + e . x``, and by Cauchy-Schwarz
 
     | u . x - s * t * (q . p) |  <=  s * |q| * |f|  +  |e| * |x|  (+ float32 rounding),
@@ -34,9 +34,8 @@ from typing import Any
 
 import numpy as np
 
-#: From this many rows the screen serves the unfiltered and filtered scans (at 10,000 rows of 384
-#: dimensions: 0.42 ms against the float32 scan's 0.61, ``bench/results/screen-scan.json``; below,
-#: its fixed costs are most of what it would save).
+#: From this many rows the screen serves the unfiltered and filtered scans; below, its fixed costs
+#: are most of what it would save (``bench/search/screen_scan.py`` measures both scans by size).
 MIN_ROWS = 10_000
 #: ``NBMEMORY_SCREEN=0``: always the float32 scan (the results are the same; for comparison).
 ENABLED = os.environ.get("NBMEMORY_SCREEN", "1") != "0"

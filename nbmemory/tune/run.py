@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from nbmemory.search.config import PipelineConfig
     from nbmemory.store.db import Database
 
-#: Query sources ``nbmemory tune`` mines by default. Titles won on BEIR (SciFact +0.008 NDCG@10
-#: with titles, -0.009 with first sentences, same budget): see the README's measurements.
+#: Query sources ``nbmemory tune`` mines by default: on BEIR, titles gained where first sentences
+#: lost at the same budget (docs/tuning.md).
 DEFAULT_SOURCES = ("title", "log")
 Progress = Callable[[str, float], None]
 #: ``adopt(candidate, also=fn)``: swap the candidate's staged vectors in, running ``fn`` in the

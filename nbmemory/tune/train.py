@@ -68,7 +68,7 @@ class TrainConfig:
     hard_negatives:
         Train on ``(query, positive, hard negative)``; ``False`` drops the mined negatives and
         keeps ``(query, positive)`` with in-batch negatives only (for corpora where the mined
-        negatives are often relevant too, see the README's NFCorpus analysis).
+        negatives are often relevant too; docs/tuning.md, ``--no-hard-negatives``).
     """
 
     epochs: int = 1
