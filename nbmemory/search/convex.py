@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
 K = TypeVar("K", bound=Hashable)
 
-#: Candidates up to which fusion reads every candidate's stored vector with those it lacks
-#: (copies of 1,500 rows of 384 floats and their dict took 0.7 ms here; a notebook search's first
-#: pass fuses about 300); past that, a deep grouped pass, only those it lacks.
+#: Candidates up to which fusion reads every candidate's stored vector with those it lacks, so the
+#: pool after fusion takes the store's lock no more (a first pass fuses a few hundred); past that,
+#: in a deep grouped pass, copying every row costs more than that lock, so only those it lacks.
 READ_WITH_MISSING = 500
 
 
@@ -367,7 +367,7 @@ class ConvexFusion:
         """Each candidate's cosine raised to its best passage's (:mod:`nbmemory.store.passages`),
         and how many candidates had passages."""
         if passages.none_stored(self.db, self.embedder.fingerprint):
-            return cosine, 0  # reading the candidates' content hashes costs ~0.15 ms at 10k
+            return cosine, 0  # no passage to find: skip reading the candidates' content hashes
         rows = fetch_rows(self.db, list(cosine), CandidateRow)
         hashes = {i: row.content_hash for i, row in rows.items()}
         best = passages.best(self.db, self.embedder.fingerprint, query.vector(), hashes)

@@ -1,8 +1,8 @@
 """Search filters evaluated on the memory-resident index's columns: a mask of rows, no SQL.
 
-A filtered search through the memory-resident index (:mod:`nbmemory.search.hot`) read the rows
-matching its filters from the chunks table, one statement per retriever and search (1-2 ms
-each, and more when DuckDB's threads and BLAS's fight over two cores). Here the index holds
+Through SQL, a filtered search of the memory-resident index (:mod:`nbmemory.search.hot`) would
+read the rows matching its filters from the chunks table, one statement per retriever and search,
+each a fixed cost, with DuckDB's threads competing with BLAS's for the cores. Here the index holds
 what the filters read, per row: namespace, kind, source, speaker and conversation as integer
 codes over their distinct values, tags likewise (one code per distinct list), ``updated_at``
 and ``event_at`` as microseconds. A :class:`~nbmemory.search.filters.Filters` becomes a boolean
@@ -438,5 +438,6 @@ def _duckdb_glob(values: pa.Array, pattern: str) -> np.ndarray:
 
 
 def prepare() -> None:
-    """Open the connection globs are matched on (about 10 ms), before a search needs it."""
+    """Open the connection globs are matched on, before a search needs it (opening it is slower
+    than the match)."""
     _duckdb_glob(pa.array([], type=pa.string()), "*")

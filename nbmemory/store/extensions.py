@@ -1,8 +1,8 @@
 """Load DuckDB's fts and vss extensions from their pinned PyPI packages, never from the network.
 
 DuckDB checks an extension file's signature on every ``LOAD``: it hashes the whole file (11 MB for
-fts, 33 MB for vss), about 120 ms of a 136 ms connection with both on these 2 cores (14 ms
-without). The check guards against a file changed after it was signed. A process checks each file once and, while
+fts, 33 MB for vss), most of the time a connection takes. The check guards against a file changed
+after it was signed. A process checks each file once and, while
 the file's size, time and inode stay the same, loads it again without the check; a changed file is
 checked again, and DuckDB refuses it when its signature does not match.
 """

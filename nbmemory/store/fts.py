@@ -259,7 +259,7 @@ def query_terms(db: Database, query: str) -> list[str]:
 
     The query is tokenized here (:func:`python_tokens`; the index's stopwords dropped, then the
     Snowball Porter stemmer of libstemmer, the library the ``fts`` extension's ``stem`` uses):
-    the same terms as the index's own macros without a SQL round trip, which cost 5-15 ms
+    the same terms as the index's own macros without a SQL round trip per query
     (``tests/test_fts_tokenizer.py`` compares the two on every word of the bundled corpora and
     on text of many scripts). Text :func:`python_tokens` leaves to the index (CJK) goes through
     the index's macros.

@@ -41,7 +41,7 @@ from nbmemory.store.vectors import cosine64
 #: (content hash, heading, text, kind) of a chunk.
 Content = tuple[str, str, str, str]
 #: Above this many passages of one model (about 20,000 chunks of prose), the first search after
-#: opening does not wait for their read into memory (0.2 s per 50,000 on 2 cores).
+#: opening does not wait for their read into memory, which grows with their number.
 SYNC_LOAD_ROWS = 100_000
 #: Chunks whose passages are embedded and committed together (a repair of a large memory keeps
 #: what it did when killed, and holds a batch's vectors in memory, not all of them).

@@ -51,7 +51,8 @@ R = TypeVar("R", bound=HitRow)
 #: Rows kept per open file: the candidates of recent searches come back search after search.
 ROW_CACHE = 20_000
 #: Up to this many chunks, the memory-resident index (:mod:`nbmemory.search.hot`) also holds every
-#: live row, so a search reads no row from the table (a statement costs 1-2 ms at 50k rows).
+#: live row, so a search reads no row from the table (each statement has a fixed cost); past it,
+#: holding every row's text would cost the process too much memory.
 PRELOAD_MAX = 60_000
 _COLUMNS = [f.name for f in dataclasses.fields(CandidateRow)]
 
