@@ -181,8 +181,8 @@ class Memory:
             self._after_bulk_write(report.chunks_added + report.chunks_removed, report.chunks_removed)
             changed = report.chunks_added or report.chunks_removed
             if changed and reject.thresholds_for(embedder.fingerprint) and not report.passages_pending:
-                # Measured here (about a second) rather than by the first search without a clear
-                # answer; with passages pending, the refiner measures it once they are made.
+                # Measured here, in a call that is waited for anyway, rather than by the first search
+                # without a clear answer; with passages pending, the refiner measures it once they are made.
                 nearmiss.near_miss(self.db, embedder)
                 near_miss_measured(self.db, embedder.fingerprint)
             # The wall time of the whole call: the model's load and the index update included.
