@@ -461,6 +461,21 @@ def test_memstats_in_a_kernel_the_server_started_says_what_agents_have(jupyter: 
 
 
 # -- in process ----------------------------------------------------------------------------------
+async def test_the_rest_contract_in_a_server_without_jupyter_server_mcp(jp_fetch: Any) -> None:
+    # The pytest-jupyter server loads nbmemory alone: no MCP server, so not installed, no URL.
+    async def agents(method: str = "GET", body: str | None = None) -> tuple[int, Any]:
+        reply = await jp_fetch("nbmemory", "agents", method=method, body=body, raise_error=False)
+        return reply.code, json.loads(reply.body)
+
+    assert await agents() == (200, {"installed": False, "mode": "on", "tools": TOOLS, "url": None})
+    code, reply = await agents("PUT", json.dumps({"mode": "read-only"}))
+    assert (code, reply) == (200, {"installed": False, "mode": "read-only", "tools": READ_TOOLS, "url": None})
+    code, reply = await agents("PUT", json.dumps({"mode": "always"}))
+    assert code == 400 and "'always' is not a mode" in reply["message"], reply
+    assert (await agents())[1]["mode"] == "read-only"
+    jupyter_ai.set_mode("on")
+
+
 def test_the_memstats_line() -> None:
     status = {"installed": True, "mode": "on", "tools": TOOLS, "url": "http://localhost:3001/mcp"}
     assert agents_line(status) == f"{', '.join(TOOLS)} (Jupyter AI)"
