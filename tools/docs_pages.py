@@ -428,6 +428,37 @@ def conversations_section() -> str:
     return "".join(out)
 
 
+def executions_section() -> str:
+    data = _load("executions.json")
+    columns = ["mrr@10", "r@5", "r@10", "ndcg@10", "notebook_mrr@10", "answerable_flagged", "unanswerable_flagged"]
+    out = [
+        "## Captured work: executed cells\n\n",
+        f"`bench/results/executions.json`, made by `{data['command'].strip()}` on {data['date']} "
+        f"(load {data['load'][0]}-{data['load'][1]}, {data['machine']}): {data['runs']} runs of the {data['cells']} code "
+        f"cells of {data['notebooks']} dev notebooks stored with `Memory.capture` ({data['items']} items), "
+        f"{data['answerable']} judged questions over {data['judged_notebooks']} notebooks and {data['unanswerable']} with "
+        "no answer in the memory, k = 10; a hit counts when it is a judged cell, as the hit list shows it (`-flat`: one "
+        "result per cell instead of per notebook). The reading is in "
+        "[Captured work](../evaluation/executions.md).\n\n",
+        "| config | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns) + "\n",
+    ]
+    for row in data["rows"]:
+        out.append(f"| {row['config']} | " + " | ".join(str(row.get(c, "")) for c in columns) + " |\n")
+    for key, title in (("by_split", f"By half ({data['split']}; nothing tuned on either)"), ("by_type", "By question type")):
+        parts = data.get(key, {})
+        if not parts:
+            continue
+        names = [r["config"] for r in next(iter(parts.values()))]
+        out.append(
+            f"\n{title}, MRR@10 / R@10 / nDCG@10:\n\n| part | questions | " + " | ".join(names) + " |\n"
+            + "|---|---|" + "---|" * len(names) + "\n"
+        )
+        for part, rows in parts.items():
+            cells = [f"{r['mrr@10']} / {r['r@10']} / {r['ndcg@10']}" for r in rows]
+            out.append(f"| {part} | {rows[0]['questions']} | " + " | ".join(cells) + " |\n")
+    return "".join(out)
+
+
 def beir_section() -> str:
     data = _load("beir-side-by-side.json")
     out = [
@@ -453,6 +484,7 @@ def results_page(pages: dict[str, str | bytes]) -> str:
         shapes_section,
         lambda: notes_section(pages),
         conversations_section,
+        executions_section,
         beir_section,
         lambda: index_section(pages),
         live_section,
@@ -470,7 +502,9 @@ def results_page(pages: dict[str, str | bytes]) -> str:
 
 
 def changelog_page() -> str:
-    return (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    # CHANGELOG.md links to docs/... so that its links work where it is read in the repository;
+    # in the site the page sits beside those pages.
+    return (REPO / "CHANGELOG.md").read_text(encoding="utf-8").replace("](docs/", "](")
 
 
 def generate() -> dict[str, str | bytes]:
