@@ -97,6 +97,14 @@ def _capture(memory: Any, cells: list[Cell], log: Any) -> dict[tuple[str, int], 
     return item_of
 
 
+def _inline(memory_class: Any) -> dict[str, Any]:
+    """Passages made by each write, where ``Memory`` can make them later: the stored memory is
+    complete when it is closed."""
+    import inspect
+
+    return {"refine": "inline"} if "refine" in inspect.signature(memory_class).parameters else {}
+
+
 def open_memory(
     cells: list[Cell], embedder: CachedEmbedder, log: Any
 ) -> tuple[Any, dict[tuple[str, int], int]]:
@@ -113,8 +121,10 @@ def open_memory(
     for stale in (tmp, tmp.with_suffix(".duckdb.wal")):
         stale.unlink(missing_ok=True)
     log(f"capturing {len(cells)} runs into {path.name}")
-    memory = Memory(tmp, embedder=embedder)
+    memory = Memory(tmp, embedder=embedder, **_inline(Memory))
     item_of = _capture(memory, cells, log)
+    if hasattr(memory, "wait_refined"):
+        memory.wait_refined()
     memory.close()
     os.replace(tmp, path)
     ids_path.write_text(
