@@ -203,6 +203,12 @@ class Memory:
         with self._refiner.writing(embedder.fingerprint):
             yield lambda contents: None
 
+    @property
+    def refining(self) -> bool:
+        """Whether the background refiner has passages to make (an owner that stops when idle
+        waits for it)."""
+        return self._refiner is not None and self._refiner.busy
+
     def wait_refined(self, timeout: float | None = None) -> bool:
         if not self.settings.passages:
             return True

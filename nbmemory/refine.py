@@ -192,6 +192,12 @@ class Refiner:
                 self._cond.wait(left if left is not None else 1.0)
             return True
 
+    @property
+    def busy(self) -> bool:
+        """Whether passages are pending that this refiner is making (not after a failed step)."""
+        with self._cond:
+            return not self._stopping and self._complete_at != self._generation and self.error is None
+
     def progress(self, fingerprint: str | None) -> dict[str, int]:
         """``{"done": passages stored, "total": passages the memory's chunks need}`` for the model."""
         with self._cond:

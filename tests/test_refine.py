@@ -267,3 +267,21 @@ def test_a_refine_mode_that_is_neither_is_refused(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("NBMEMORY_REFINE")
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
         assert mem.refine == "background"  # the default
+
+
+def test_an_owner_that_stops_when_idle_is_not_idle_while_it_refines(tmp_path: Path) -> None:
+    from nbmemory.remote import connect
+
+    shared = connect(tmp_path / "m.duckdb", embedder=SlowFake(dim=32), refine="background")
+    try:
+        assert shared.role == "owner" and shared.memory is not None
+        with held_off(shared.memory):
+            shared.index(prose(tmp_path / "notes", notes=10))
+            time.sleep(0.1)
+            assert shared.memory.refining and shared.idle_seconds() == 0.0
+        assert shared.wait_refined(timeout=120)
+        assert not shared.memory.refining
+        time.sleep(0.1)
+        assert shared.idle_seconds() > 0.0
+    finally:
+        shared.close()

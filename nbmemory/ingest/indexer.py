@@ -86,7 +86,7 @@ class IndexReport:
         if self.passages_pending:
             parts.append(
                 f"searchable now; {self.passages_pending:,} passages to refine in the background "
-                "(progress: nbmemory status)"
+                "(progress: nbmemory status, %memstats)"
             )
         parts.append(f"{self.seconds:.1f} s")
         return "\n".join(parts)

@@ -188,8 +188,11 @@ class OwnerServer:
         self.last_request = time.monotonic()
 
     def idle_seconds(self) -> float:
-        """Seconds since the last request ended (0 while one runs); pings do not count."""
-        return 0.0 if self.turns.busy else time.monotonic() - self.last_request
+        """Seconds since the last request ended (0 while one runs, or while the memory refines
+        passages in the background); pings do not count."""
+        if self.turns.busy or getattr(self.memory, "refining", False):
+            return 0.0
+        return time.monotonic() - self.last_request
 
     def _answer(self, request: dict[str, Any], conn: Connection) -> dict[str, Any] | None:
         method = request.get("method")
