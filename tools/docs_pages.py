@@ -456,6 +456,17 @@ def executions_section() -> str:
         for part, rows in parts.items():
             cells = [f"{r['mrr@10']} / {r['r@10']} / {r['ndcg@10']}" for r in rows]
             out.append(f"| {part} | {rows[0]['questions']} | " + " | ".join(cells) + " |\n")
+    replays = data.get("replays", [])
+    if replays:
+        keys = ["mrr@10", "mrr@10_fit", "mrr@10_report", "mrr@10_code", "mrr@10_output", "mrr@10_error", "ndcg@10",
+                "r@10", "answerable_flagged", "unanswerable_flagged"]  # fmt: skip
+        out.append(
+            "\nOffline replays of two changes the search code does not make (`--replays`; proposals, not the "
+            "default): the convex fusion's vector weight, and each execution's output and error as a passage of "
+            "its own:\n\n| memory | config | " + " | ".join(keys) + " |\n|---|---|" + "---|" * len(keys) + "\n"
+        )
+        for r in replays:
+            out.append(f"| {r['memory']} | {r['config']} | " + " | ".join(str(r.get(k, "")) for k in keys) + " |\n")
     return "".join(out)
 
 
