@@ -14,6 +14,12 @@ run their first two cells again, and the memory must still hold one item per cel
 built once under ``bench/.cache/executions/`` (document vectors from the benchmark's embedding
 cache) and reused.
 
+``--replays`` adds offline replays of two changes the search code does not make (proposals, not
+the default; nothing of them is chosen here): the convex fusion's vector weight at
+:data:`REPLAY_WEIGHTS`, and a second memory of the same runs where each execution's source and
+what it printed (its ``# Output:`` and ``# Error:`` part) are two passages, so the vector side
+reads an output that the item's own vector (its first 256 word pieces) does not reach.
+
 The questions (``bench/data/executions-questions.jsonl``, written by reading the notebooks
 before any search ran) judge cells by notebook and position, graded 1 or 2. Each is searched in
 the whole memory with ``k = 10``; a hit counts when it is a judged cell (an item), as the hit
@@ -29,12 +35,15 @@ before any result was seen (nothing was tuned on either), and by question type.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import platform
+import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +83,13 @@ CONFIGS: dict[str, PipelineConfig] = {
     "rrf": PipelineConfig.plain(),
 }
 METRICS = ("mrr@10", "r@5", "r@10", "ndcg@10", "notebook_mrr@10")
+#: The vector weights ``--replays`` tries beside the default's.
+REPLAY_WEIGHTS = (0.6, 0.5, 0.4, 0.3)
+_PRINTED = re.compile(r"\n# (?:Output:|Error: )")
 
 
-def _store_key(cells: list[Cell], model_fingerprint: str) -> str:
-    digest = hashlib.sha256(INGEST_FORMAT.encode())
+def _store_key(cells: list[Cell], model_fingerprint: str, variant: str = "") -> str:
+    digest = hashlib.sha256(f"{INGEST_FORMAT}{variant}".encode())
     digest.update(model_fingerprint.encode())
     for c in cells:
         digest.update(json.dumps(c.run, sort_keys=True).encode())
@@ -105,18 +117,43 @@ def _inline(memory_class: Any) -> dict[str, Any]:
     return {"refine": "inline"} if "refine" in inspect.signature(memory_class).parameters else {}
 
 
+@contextlib.contextmanager
+def output_passages() -> Iterator[None]:
+    """While open, an execution's passages are its source and what it printed (this process
+    only: the replay of a change to :mod:`nbmemory.store.passages`, which gives executions none)."""
+    from nbmemory.store import chunks, passages
+
+    prose = passages.texts_of
+
+    def texts_of(heading: str, text: str, kind: str) -> list[str]:
+        found = _PRINTED.search(text) if kind == "execution" else None
+        if found is None:
+            return prose(heading, text, kind)
+        return [
+            chunks.embedding_text(heading, part)
+            for part in (text[: found.start()], text[found.start() + 1 :])
+        ]
+
+    passages.texts_of = texts_of  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        passages.texts_of = prose  # type: ignore[assignment]
+
+
 def open_memory(
-    cells: list[Cell], embedder: CachedEmbedder, log: Any
+    cells: list[Cell], embedder: CachedEmbedder, log: Any, variant: str = ""
 ) -> tuple[Any, dict[tuple[str, int], int]]:
-    """The memory of every run, built once and reused, and each cell's item id."""
+    """The memory of every run, built once and reused, and each cell's item id (``variant``
+    names a replay's store, made while its change is in place)."""
     from nbmemory import Memory
 
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{_store_key(cells, embedder.fingerprint)}.duckdb"
+    path = CACHE / f"{_store_key(cells, embedder.fingerprint, variant)}.duckdb"
     ids_path = path.with_suffix(".ids.json")
     if path.exists() and ids_path.exists():
         pairs = json.loads(ids_path.read_text(encoding="utf-8"))
-        return Memory(path, embedder=embedder), {(nb, i): item for nb, i, item in pairs}
+        return Memory(path, embedder=embedder, **_inline(Memory)), {(nb, i): item for nb, i, item in pairs}
     tmp = path.with_suffix(".building.duckdb")
     for stale in (tmp, tmp.with_suffix(".duckdb.wal")):
         stale.unlink(missing_ok=True)
@@ -130,7 +167,7 @@ def open_memory(
     ids_path.write_text(
         json.dumps([[nb, i, item] for (nb, i), item in sorted(item_of.items())]), encoding="utf-8"
     )
-    return Memory(path, embedder=embedder), item_of
+    return Memory(path, embedder=embedder, **_inline(Memory)), item_of
 
 
 def run_config(
@@ -177,6 +214,67 @@ def summarise(
     return row
 
 
+def replay_row(
+    memory_name: str,
+    name: str,
+    memory: Any,
+    config: PipelineConfig,
+    questions: list[Question],
+    item_of: dict[tuple[str, int], int],
+) -> dict[str, Any]:
+    """One replay: MRR@10 on all answerable questions, each half and each type; nDCG@10, R@10."""
+    answerable = [q for q in questions if q.judged]
+    qrels = qrels_of(questions, item_of)
+    ranked, _, flagged = run_config(memory, config, questions, item_of)
+    per_query = evaluate({q: ranked[q] for q in qrels}, qrels)
+
+    def mean(metric: str, mine: list[Question]) -> float | None:
+        return round(float(np.mean([per_query[q.qid][metric] for q in mine])), 4) if mine else None
+
+    row: dict[str, Any] = {"memory": memory_name, "config": name, "vector_weight": config.vector_weight}
+    row["mrr@10"] = mean("mrr@10", answerable)
+    for split in SPLITS:
+        row[f"mrr@10_{split}"] = mean("mrr@10", [q for q in answerable if q.split == split])
+    for kind in TYPES[:-1]:
+        row[f"mrr@10_{kind}"] = mean("mrr@10", [q for q in answerable if q.type == kind])
+    row["ndcg@10"] = mean("ndcg@10", answerable)
+    row["r@10"] = mean("r@10", answerable)
+    row["answerable_flagged"] = round(float(np.mean([flagged[q.qid] for q in answerable])), 4)
+    row["unanswerable_flagged"] = round(
+        float(np.mean([flagged[q.qid] for q in questions if not q.judged])), 4
+    )
+    return row
+
+
+def replays(
+    memory: Any,
+    cells: list[Cell],
+    embedder: CachedEmbedder,
+    questions: list[Question],
+    item_of: dict[tuple[str, int], int],
+    log: Any,
+) -> list[dict[str, Any]]:
+    """The default, BM25 and the vector weights on the memory as stored, then on the memory whose
+    executions have their output as a passage."""
+    weights = {f"vector_weight={w}": PipelineConfig(vector_weight=w) for w in REPLAY_WEIGHTS}
+    rows = [
+        replay_row("as stored", name, memory, config, questions, item_of)
+        for name, config in {"default": CONFIGS["default"], "bm25": CONFIGS["bm25"], **weights}.items()
+    ]
+    with output_passages():
+        other, other_item_of = open_memory(cells, embedder, log, variant="output-passages")
+        try:
+            for name, config in {"default": CONFIGS["default"], **weights}.items():
+                rows.append(replay_row("output as a passage", name, other, config, questions, other_item_of))
+        finally:
+            other.close()
+    for row in rows:
+        log(
+            f"replay {row['memory']} / {row['config']}: MRR@10 {row['mrr@10']} (fit {row['mrr@10_fit']}, report {row['mrr@10_report']})"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default="default,bm25,vector")
     parser.add_argument("--notebooks", type=int, default=0, help="only the first N notebooks (a quick check)")
     parser.add_argument("--build-only", action="store_true")
+    parser.add_argument(
+        "--replays", action="store_true", help="also the offline replays of two proposed changes"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument(
         "--per-query", type=Path, default=None, help="write every question's ranks here (JSONL)"
@@ -243,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"query": q.text, "type": q.type, "split": q.split, "judged": sorted(qrels.get(q.qid, {}))},
             )
             entry[name] = {"ranked": ranked[q.qid], "flagged": flagged[q.qid], **per_query.get(q.qid, {})}
+    replayed = replays(memory, cells, embedder, questions, item_of, log) if args.replays else []
     memory.close()
     load_after = os.getloadavg()
     header = ["config", *METRICS, "answerable_flagged", "unanswerable_flagged"]
@@ -270,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         "by_split": by_split,
         "by_type": by_type,
     }
+    if replayed:
+        report["replays"] = replayed
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if args.per_query:
