@@ -15,6 +15,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() asks for the built-in notebooks at once
 import {
   AGENT_MODES,
+  APIError,
   AgentMode,
   IHit,
   baseName,
@@ -514,19 +515,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     // Settings the server holds: sent on load only when the user set them (otherwise the
-    // server's own default stands, which may come from its configuration), and on each change.
-    const userSet: { [key: string]: unknown } = {};
+    // server's own default stands, which may come from its configuration), and when their value
+    // changes. Lab's settings form saves every field of the plugin once any is changed, so a
+    // field newly set to the value it had is no change.
+    const sent: { [key: string]: unknown } = {};
     const sendToServer = (
       settings: ISettingRegistry.ISettings,
       key: string,
       first: boolean,
       send: (value: any) => Promise<void>
     ): void => {
-      const user = settings.user[key];
-      const changed = first ? user !== undefined : user !== userSet[key];
-      userSet[key] = user;
+      const value = settings.get(key).composite;
+      const changed = first
+        ? settings.user[key] !== undefined
+        : JSON.stringify(value) !== JSON.stringify(sent[key]);
+      sent[key] = value;
       if (changed) {
-        void send(settings.get(key).composite).catch(error =>
+        void send(value).catch(error =>
           Notification.error(
             `Cannot apply the setting ${key}: ${(error as Error).message}`
           )
@@ -543,8 +548,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
       sendToServer(settings, 'agentTools', first, async value => {
         const mode: AgentMode = AGENT_MODES.includes(value) ? value : 'on';
-        const state = await setAgents(mode);
-        panel.showAgents(state);
+        try {
+          panel.showAgents(await setAgents(mode));
+        } catch (error) {
+          // 409: no tools in this server to set the mode of; the line says what there is.
+          if (!(error instanceof APIError && error.status === 409)) {
+            throw error;
+          }
+          await panel.refreshState();
+        }
       });
     };
 

@@ -232,7 +232,12 @@ export class MemoryPanel extends Widget {
     const line = state === null ? null : agentsLine(state);
     this._agentsLine.hidden = line === null;
     this._agentsLine.textContent = line ?? '';
-    this._agentsLine.title = state?.url ? `Their MCP server: ${state.url}` : '';
+    this._agentsLine.title = [
+      state?.tools.length ? `Tools: ${state.tools.join(', ')}` : '',
+      state?.url ? `MCP server: ${state.url}` : ''
+    ]
+      .filter(Boolean)
+      .join('\n');
     if (state !== null) {
       this._agentsLine.dataset.mode = state.mode;
     }

@@ -44,7 +44,8 @@ from tests.server.test_ui_lab import run_all, visible_notebook, wait_in_output
 pytestmark = pytest.mark.ui
 
 SHOTS = Path(os.environ.get("NBMEMORY_SHOTS", "/tmp/shots-fe"))
-CAPTURE_CELL = "%load_ext nbmemory\n%memcapture on\nprint('walrus ledger ' + str(6 * 7))"
+# nbmemory's own cell (its magics) is not captured; the next one is, and names the notebook.
+CAPTURE_CELLS = ["%load_ext nbmemory\n%memcapture on", "print('walrus ledger ' + str(6 * 7))"]
 
 
 def fill_root(root: Path) -> None:
@@ -64,7 +65,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             lab = stack.enter_context(running_lab(tmp_path_factory.mktemp("labwork"), fill_root))
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nb.cells = [nbformat.v4.new_code_cell(CAPTURE_CELL)]
+        nb.cells = [nbformat.v4.new_code_cell(source) for source in CAPTURE_CELLS]
         (lab.root / "work").mkdir()
         nbformat.write(nb, lab.root / "work" / "capture.ipynb")
         yield lab
@@ -222,8 +223,10 @@ def test_capture_line_names_the_kernel_that_captures(page: Any, lab: Lab) -> Non
     notebook.locator(".jp-Cell").first.wait_for(state="visible")
     run_all(page, path)
     wait_in_output(page, lab, notebook.locator(".jp-OutputArea", has_text="walrus ledger 42"))
+    # Listed once it captures; its notebook is known from the first cell it hands over.
     kernels = eventually(
-        lambda: lab.api("GET", "capture")["kernels"], "the server lists the capturing kernel"
+        lambda: [k for k in lab.api("GET", "capture")["kernels"] if k["runs"] > 0],
+        "the server lists the capturing kernel with a run",
     )
     assert [k["notebook"] for k in kernels] == [path], kernels
     # The sidebar asks again while it shows: the kernel's notebook is named.
@@ -303,6 +306,39 @@ def answering(page: Any, answer: Callable[[], tuple[int, Any]]) -> Callable[[Any
         route.fulfill(status=status, content_type="application/json", body=json.dumps(body))
 
     return fulfil
+
+
+def test_the_agent_tools_setting_reaches_the_server(page: Any, lab: Lab) -> None:
+    state = lab.api("GET", "agents") if has_endpoint(lab, "agents") else None
+    if state is None or not state["installed"]:
+        pytest.skip("no agents' tools in this server to set (#49: the endpoint, or jupyter-server-mcp)")
+    assert state["mode"] == "on"
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('settingeditor:open', {query: 'Memory tools'}); }"
+    )
+    # The form's select has the title as a heading, not a label: found by the setting's name.
+    select = page.locator(".jp-SettingsPanel select[id$='_agentTools']")
+    select.wait_for(state="visible")
+    select.select_option(label="read-only")
+    after = eventually(
+        lambda: (s := lab.api("GET", "agents"))["mode"] == "read-only" and s,
+        "read-only after the setting",
+        page,
+    )
+    assert "search" in after["tools"] and "remember" not in after["tools"], after
+    eventually(lambda: puts(page, "agents")[-1:] == [{"mode": "read-only"}], "the page PUT the mode", page)
+    show_sidebar(page)
+    line = page.locator(".jp-nbmemory-agents")
+    sync_api.expect(line).to_contain_text("(read-only)", timeout=30_000)
+    assert "remember" not in line.inner_text()
+    sidebar_shot(page, "sidebar-agents-read-only.png")
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('settingeditor:open', {query: 'Memory tools'}); }"
+    )
+    select.select_option(label="on")
+    eventually(lambda: lab.api("GET", "agents")["mode"] == "on", "on again after the setting", page)
+    show_sidebar(page)
+    sync_api.expect(line).not_to_contain_text("(read-only)", timeout=30_000)
 
 
 @pytest.fixture
@@ -387,3 +423,40 @@ def test_refining_line_counts_passages_until_they_are_all_there(routed_page: Any
     asked = len(page.asked)
     page.wait_for_timeout(7_000)  # two turns of the refinement's poll
     assert len(page.asked) == asked, page.asked
+
+
+def write_prose(folder: Path, files: int = 12, sections: int = 5) -> None:
+    """Notes whose sections are prose of several sentences: each chunk has passages to make."""
+    folder.mkdir()
+    for i in range(files):
+        parts = []
+        for j in range(sections):
+            prose = " ".join(
+                f"Ledger {i}.{j} step {n}: reconcile the walrus account and note what moved."
+                for n in range(7)
+            )
+            parts.append(f"## Section {j}\n\n{prose}\n")
+        (folder / f"ledger-{i:02d}.md").write_text(f"# Ledger {i}\n\n" + "\n".join(parts))
+
+
+def test_refining_line_follows_a_real_index_until_its_passages_are_made(page: Any, lab: Lab) -> None:
+    show_sidebar(page)
+    if "refine" not in lab.api("GET", "stats"):
+        pytest.skip("the server's stats say nothing of refinement yet (#50, helper 'index')")
+    write_prose(lab.root / "ledgers")
+    line = page.locator(".jp-nbmemory-refine")
+    page.locator(".jp-nbmemory-index-path").fill("ledgers")
+    page.locator(".jp-nbmemory-index-button").click()
+    status = page.locator(".jp-nbmemory-index-status")
+    sync_api.expect(status).to_contain_text("done", timeout=300_000)
+    refine = lab.api("GET", "stats")["refine"]
+    if refine["done"] >= refine["total"]:
+        pytest.skip(f"the passages were all made before the first look ({refine}): no refinement to show")
+    # The sidebar asks when its run ends: the line counts the server's passages.
+    total = f"{refine['total']:,}"
+    sync_api.expect(line).to_have_text(re.compile(rf"^refining: [\d,]+ of {total} passages$"), timeout=30_000)
+    sidebar_shot(page, "sidebar-refining-real.png")
+    # ... and hides once the server has them all.
+    line.wait_for(state="hidden", timeout=600_000)
+    final = lab.api("GET", "stats")["refine"]
+    assert final["done"] == final["total"] >= refine["total"], final
