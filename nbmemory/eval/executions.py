@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -234,10 +234,3 @@ def evaluate(
         }
         for q, s in scores.items()
     }
-
-
-def iter_judged(questions: Sequence[Question]) -> Iterator[tuple[str, str, int]]:
-    """``(qid, notebook, cell index)`` of every judgement."""
-    for q in questions:
-        for notebook, index in q.judged:
-            yield q.qid, notebook, index
