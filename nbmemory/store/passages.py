@@ -350,7 +350,7 @@ def _grouped(table: Any) -> dict[str, np.ndarray]:
     window order. A scan returns rows as :func:`fill` inserted them (DuckDB keeps insertion
     order), each content's together: then the matrix is the read's own buffer, not a copy.
     Otherwise they are ordered here: ORDER BY in SQL doubles the read, and a list column read as
-    numpy objects costs 4-5x the vectors' size (bench/search/passages_scale.py)."""
+    numpy objects costs several times the vectors' size (bench/search/passages_scale.py)."""
     rows = table.num_rows
     if not rows:
         return {}

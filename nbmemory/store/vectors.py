@@ -31,9 +31,8 @@ EXACT_SCAN_MAX_ROWS = 4000
 BULK_MIN = 2000
 BULK_FRACTION = 0.3
 HNSW_OPTIONS = "metric = 'cosine', M = 16, ef_construction = 128"
-# Incremental inserts and deletes bloat the persisted HNSW index: under bench/system/load_bench.py,
-# 1,700 writes on 2,000 rows left it at 3.4x the blocks of a fresh build, and it keeps growing
-# faster with every write. It is rebuilt once the writes since its last build reach half the
+# Incremental inserts and deletes bloat the persisted HNSW index (bench/system/load_bench.py shows
+# it): its blocks grow well past a fresh build's, faster with every write. It is rebuilt once the writes since its last build reach half the
 # rows it was built over (and at least this many): each write pays for at most two rows of a
 # rebuild, and the file stays within a small multiple of the data.
 REBUILD_MIN_WRITES = 1000
