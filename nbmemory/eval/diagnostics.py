@@ -264,17 +264,26 @@ def relevance_by_rank(
     return _with_ci(pl.DataFrame(rows))
 
 
-def curve_reading(curve: pl.DataFrame, x: str) -> str:
-    """One line on a P(relevant) curve: where it starts and ends, and how many results it rests on."""
+def curve_reading(curve: pl.DataFrame, x: str, color: str = "dataset") -> str:
+    """One line on a P(relevant) curve: for distance bins, where it peaks and from where it stays
+    under 0.05; for rank buckets, P(relevant) at rank 1 per line; and how many results it rests on."""
     if curve.height == 0:
         return "no judged results to draw"
-    pooled = curve.group_by(x).agg(pl.col("n").sum(), pl.col("relevant").sum()).sort(x)
-    first, last = pooled.row(0, named=True), pooled.row(-1, named=True)
-    label = "distance" if x != "bucket" else "rank"
+    total = int(curve["n"].sum())
+    if x == "bucket":
+        first = curve.filter(pl.col("first_rank") == 1).sort("p_relevant", descending=True)
+        parts = [f"{r[color]} {r['p_relevant']:.2f}" for r in first.iter_rows(named=True)]
+        return f"P(relevant) at rank 1: {', '.join(parts)}; {total:,} judged results (bands: 95 % Wilson intervals)"
+    pooled = (
+        curve.group_by(x).agg(pl.col("n").sum(), pl.col("relevant").sum()).sort(x)
+        .with_columns((pl.col("relevant") / pl.col("n")).alias("p"))
+    )  # fmt: skip
+    peak = pooled.sort("p", descending=True).row(0, named=True)
+    after = pooled.filter((pl.col(x) > peak[x]) & (pl.col("p") < 0.05))
+    tail = f", under 0.05 from distance {after[x][0]:.2f}" if after.height else ""
     return (
-        f"P(relevant) {first['relevant'] / max(first['n'], 1):.2f} at {label} {first[x]} and "
-        f"{last['relevant'] / max(last['n'], 1):.2f} at {last[x]}, from {int(pooled['n'].sum()):,} judged "
-        "results (bands: 95 % Wilson intervals)"
+        f"P(relevant) peaks at {peak['p']:.2f} at distance {peak[x]:.2f}{tail}; {total:,} judged results "
+        "(bands: 95 % Wilson intervals)"
     )
 
 
@@ -295,7 +304,7 @@ def curve_chart(
     line = base.mark_line(point=True).encode(
         y="p_relevant:Q", tooltip=[color, x, "n", alt.Tooltip("p_relevant:Q", format=".3f")]
     )
-    text = reading if reading is not None else curve_reading(curve, x)
+    text = reading if reading is not None else curve_reading(curve, x, color)
     return (band + line).properties(width=380, height=220, title=titled(title or "P(relevant)", text))
 
 
@@ -540,7 +549,7 @@ def score_chart(hits: pl.DataFrame, column: str = "cosine", top: int | None = 1)
         if (m := _median(part.filter(pl.col("origin") == origin), column)) is not None
     ]
     missing = hits.filter(pl.col(column).is_null() & (pl.col("rank") <= (top or 10**9))).height
-    reading = "median " + ", ".join(medians) if medians else "no scores to draw"
+    reading = "median: " + "; ".join(medians) if medians else "no scores to draw"
     if column == "bm25" and missing:
         reading += f"; {missing} hits had no keyword match (not drawn)"
     bins = alt.Bin(maxbins=30)
@@ -553,7 +562,7 @@ def score_chart(hits: pl.DataFrame, column: str = "cosine", top: int | None = 1)
             color=alt.Color("origin:N", title="queries"),
             tooltip=["origin", alt.Tooltip("count():Q", title="hits")],
         )
-        .properties(width=380, height=200, title=titled(f"{label.capitalize()}, {which}", reading))
+        .properties(width=380, height=200, title=titled(f"{label[0].upper()}{label[1:]}, {which}", reading))
     )
 
 
@@ -574,7 +583,7 @@ def rank_chart(hits: pl.DataFrame) -> alt.Chart:
         .mark_circle(size=40, opacity=0.6)
         .encode(
             x=alt.X("rank:Q", title="fused rank (what search returns)"),
-            y=alt.Y("retriever_rank:Q", title="rank in that retriever alone", scale=alt.Scale(type="symlog")),
+            y=alt.Y("retriever_rank:Q", title="rank in that retriever alone", scale=alt.Scale(type="log")),
             color=alt.Color("retriever:N", title="retriever"),
             tooltip=["query", "retriever", "rank", "retriever_rank"],
         )

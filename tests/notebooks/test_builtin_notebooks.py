@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,8 @@ def test_beir_notebook_runs_a_subset_then_the_sets_it_is_pointed_at(
     assert "embedding on the CPU" in out or "embedding on the GPU" in out
     assert "scifact: 40 documents, 4 test queries" in out and "scifact: 80 documents, 8 test queries" in out
     assert "of embedding for" in out  # the estimate, said before the embedding starts
+    # The estimate and the progress bar covered every text: the harness had none left to embed.
+    assert not re.search(r"embedding \d+ texts \(\d+ cached\) on", out)
     assert "not adopted" in out and thresholds_files(tmp_path / "cache") == []
 
 
