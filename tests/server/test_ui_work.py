@@ -58,10 +58,12 @@ def fill_root(root: Path) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with contextlib.ExitStack() as stack:
-        # The test session sets NBMEMORY_CAPTURE=0 for its kernels; this Lab's server and kernels
-        # go without it, so that every new kernel can capture when the setting says so.
+        # The test session turns capture off and makes passages inline; this Lab's server and
+        # kernels run as a person's do: every new kernel may capture when the setting says so,
+        # and an index's passages are made in the background after it (the refining line).
         with pytest.MonkeyPatch.context() as env:
             env.delenv("NBMEMORY_CAPTURE", raising=False)
+            env.delenv("NBMEMORY_REFINE", raising=False)
             lab = stack.enter_context(running_lab(tmp_path_factory.mktemp("labwork"), fill_root))
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -425,15 +427,18 @@ def test_refining_line_counts_passages_until_they_are_all_there(routed_page: Any
     assert len(page.asked) == asked, page.asked
 
 
-def write_prose(folder: Path, files: int = 12, sections: int = 5) -> None:
-    """Notes whose sections are prose of several sentences: each chunk has passages to make."""
+def write_prose(folder: Path, files: int = 12, sections: int = 5, sentences: int = 20) -> None:
+    """Notes whose sections are prose of many sentences: each chunk has passages to make, more
+    of them than the refiner makes in the moment between the run's end and the first look."""
     folder.mkdir()
+    # A word of this run in every sentence: no vector of an earlier run's cache fits them.
+    run = secrets.token_hex(4)
     for i in range(files):
         parts = []
         for j in range(sections):
             prose = " ".join(
-                f"Ledger {i}.{j} step {n}: reconcile the walrus account and note what moved."
-                for n in range(7)
+                f"Ledger {i}.{j} step {n} of run {run}: reconcile the walrus account and note what moved."
+                for n in range(sentences)
             )
             parts.append(f"## Section {j}\n\n{prose}\n")
         (folder / f"ledger-{i:02d}.md").write_text(f"# Ledger {i}\n\n" + "\n".join(parts))
@@ -451,7 +456,10 @@ def test_refining_line_follows_a_real_index_until_its_passages_are_made(page: An
     sync_api.expect(status).to_contain_text("done", timeout=300_000)
     refine = lab.api("GET", "stats")["refine"]
     if refine["done"] >= refine["total"]:
-        pytest.skip(f"the passages were all made before the first look ({refine}): no refinement to show")
+        pytest.skip(
+            f"the passages were all made before the first look ({refine}; the run: {status.inner_text()!r}):"
+            " no refinement to show"
+        )
     # The sidebar asks when its run ends: the line counts the server's passages.
     total = f"{refine['total']:,}"
     sync_api.expect(line).to_have_text(re.compile(rf"^refining: [\d,]+ of {total} passages$"), timeout=30_000)
