@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 _EMBED_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmemory-embed")
 #: With cores to spare the query embedding (torch, outside the GIL) runs while BM25 runs in
-#: DuckDB; on 2 cores the two compete for the same cores and both finish later than one after the other.
+#: DuckDB; with 2 cores or fewer the two compete for them, and both finish later than one after the other.
 OVERLAP_EMBEDDING = (os.cpu_count() or 1) > 2
 
 

@@ -19,7 +19,8 @@ Finding the chunks that hold a symbol: while the memory-resident index holds eve
 (:func:`nbmemory.store.rows.preloaded`), from a sorted list of the places a symbol can start
 (every token head with punctuation in its first two characters, up to :data:`MAX_LENGTH` + 1
 characters), made at the first symbol search after that index is built (its cost grows with the
-text, so no memory pays it before it searches for a symbol) and read by binary search; rows written since are read and matched one by one. Otherwise
+text, so no memory pays it before it searches for a symbol) and read by binary search; rows
+written since are read and matched one by one. Otherwise
 by scanning the chunks' text in DuckDB.
 """
 
