@@ -231,3 +231,70 @@ def test_adopting_thresholds_changes_live_search_only_when_asked_and_undo_restor
     assert diagnostics.undo_adopted_thresholds(fingerprint) == path and not path.exists()
     assert thresholds_for(fingerprint) == before
     assert diagnostics.undo_adopted_thresholds(fingerprint) is None
+
+
+# -- the diagnostics' parts, on a real memory file with a fake embedder ----------------------------
+
+
+def test_judged_queries_are_matched_by_path_ending_or_id_and_bad_lines_are_named(tmp_path: Path) -> None:
+    from nbmemory.errors import BadFileError, NotFoundError
+    from nbmemory.eval import memory_diagnostics as md
+
+    good = tmp_path / "judged.jsonl"
+    good.write_text('{"query": "vpn", "relevant": ["notes/vpn.md", 7]}\n\n{"query": "db", "relevant": []}\n')
+    first, second = md.read_judgments(good)
+    hit = type("H", (), {"id": 3, "source": "/home/me/notes/vpn.md"})()
+    assert first.relevant(hit) and not second.relevant(hit)
+    assert first.relevant(type("H", (), {"id": 7, "source": None})())
+    assert not first.relevant(type("H", (), {"id": 3, "source": "/home/me/notes/avpn.md"})())
+    for text, words in (
+        ('{"query": "x"}\n', "line 1: expected"),
+        ('{"query": "x", "relevant": []}\nnot json\n', "line 2 is not JSON"),
+    ):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        with pytest.raises(BadFileError, match=words):
+            md.read_judgments(bad)
+    with pytest.raises(NotFoundError, match="judged queries file"):
+        md.read_judgments(tmp_path / "missing.jsonl")
+    with pytest.raises(NotFoundError, match=r"memory file .* not found"):
+        md.open_memory(tmp_path / "no-such.duckdb")
+
+
+def test_the_search_log_is_read_by_its_owner_and_a_client_gets_probes(tmp_path: Path) -> None:
+    from nbmemory.embed import FakeEmbedder
+    from nbmemory.eval import memory_diagnostics as md
+    from nbmemory.remote import connect
+
+    path = tmp_path / "m.duckdb"
+    owner = connect(path, embedder=FakeEmbedder(dim=32))
+    client = None
+    try:
+        owner.remember_many(
+            ["the staging database is db-stg-12", "kafka lag pages the on-call engineer"],
+            headings=["Staging database host", "Kafka lag alerts"],
+            sources=["notes/db.md", "notes/kafka.md"],
+        )
+        owner.search("staging database")
+        owner.search("kafka lag")
+        mine = md.Opened(owner, path, False, None, "")
+        assert md.logged_queries(owner) == ["kafka lag", "staging database"]
+        queries = md.queries_to_check(mine, count=10)
+        assert queries.filter(queries["origin"] == "search log")["query"].to_list() == [
+            "kafka lag",
+            "staging database",
+        ]
+        hits, verdicts = md.run_queries(mine, queries, k=5)
+        assert md.logged_queries(owner) == ["kafka lag", "staging database"]  # run_queries logged nothing
+        assert set(verdicts["origin"]) == {"search log", "off-topic probe"} and hits.height > 0
+        client = connect(path, allow_owner=False)
+        assert md.logged_queries(client) is None
+        probes = md.queries_to_check(md.Opened(client, path, False, None, ""), count=10)
+        assert set(probes.filter(probes["origin"] == "probe from an item")["query"]) == {
+            "Staging database host",
+            "Kafka lag alerts",
+        }
+    finally:
+        if client is not None:
+            client.close()
+        owner.close()
