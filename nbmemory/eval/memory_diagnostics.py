@@ -160,7 +160,9 @@ def queries_to_check(opened: Opened, count: int = 40) -> pl.DataFrame:
     rows: list[dict[str, str]] = []
     if logged:
         rows += [{"query": q, "origin": "search log"} for q in logged[:count]]
-        print(f"{len(rows)} queries from the memory's search log (its {count} most recent distinct ones)")
+        print(
+            f"{len(rows)} queries from the memory's search log (its most recent distinct ones, at most {count})"
+        )
     else:
         why = (
             "this kernel is a client of the process that owns the memory, which keeps the search log"
