@@ -35,6 +35,7 @@ from tests.search.test_real_notes import (
     NOTES,
     remembered,
 )
+from tests.test_magics import ip, shell  # noqa: F401  (the magics' shell, for %memstats)
 
 #: Every judged question of the notes benchmark whose note is in tests/data/til (dev and test).
 ANSWERABLE = [
@@ -285,3 +286,38 @@ def test_an_owner_that_stops_when_idle_is_not_idle_while_it_refines(tmp_path: Pa
         assert shared.idle_seconds() > 0.0
     finally:
         shared.close()
+
+
+def test_status_and_memstats_say_how_far_refining_got(
+    tmp_path: Path,
+    ip: Any,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from IPython.utils.capture import capture_output
+
+    from nbmemory.cli import main
+    from tests.test_magics import magics_of, outputs
+
+    home = tmp_path / "home"
+    mem = Memory(home / "memory.duckdb", embedder=FakeEmbedder(dim=32), refine="background")
+    with held_off(mem):
+        total = mem.index(prose(tmp_path / "notes", notes=30)).passages_pending
+        magics_of(ip).memory = mem
+        with capture_output() as cap:
+            ip.run_line_magic("memstats", "")
+        assert f"refining: 0 of {total:,} passages" in outputs(cap, "text/plain")
+        mem.close()  # indexed, then ended before a step
+    # The command line, opening the file itself (no owner; tests make passages inline, so
+    # nothing is refined while it looks).
+    monkeypatch.setenv("NBMEMORY_IDLE_SECONDS", "0")
+    monkeypatch.setenv("NBMEMORY_HOME", str(home))
+    capsys.readouterr()
+    assert main(["-q", "status"]) == 0
+    assert f"refining: 0 of {total:,} passages" in capsys.readouterr().out
+    assert main(["-q", "status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["refine"] == {"done": 0, "total": total}
+    with Memory(home / "memory.duckdb", embedder=FakeEmbedder(dim=32), refine="background") as again:
+        assert again.wait_refined(timeout=120)
+    assert main(["-q", "status"]) == 0
+    assert f"passages: {total:,}, complete" in capsys.readouterr().out
