@@ -16,6 +16,9 @@ and hands the owner of the memory a *run*: a mapping of
     A plain-text part of what it printed and displayed (no images, no widget state), and how
     many characters there were in all when that is more than ``output`` holds.
 
+A run's notebook is also its ``conversation``: the cells run in one notebook are read in search
+as a conversation's turns are, each beside the cells run right before and after it.
+
 One item per notebook, cell and source (:func:`run_key`): running an unchanged cell again moves
 its time (and replaces its output and error) instead of adding a copy; an edited cell is a new
 item beside the old one, so the run that failed stays next to the one that worked. Everything
@@ -209,6 +212,9 @@ def run_rows(runs: Sequence[Mapping[str, Any]], namespace: str) -> list[tuple[Ne
             cell_id=cell_id,
             cell_index=index,
             event_at=when,
+            # The cells run in a notebook follow one another as the turns of a conversation do:
+            # search reads each with the cells run before and after it (nbmemory.search.turns).
+            conversation=notebook,
         )
         out.append((row, source))
     return out

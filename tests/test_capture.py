@@ -55,6 +55,8 @@ def test_a_run_is_an_item_with_its_error_notebook_cell_and_time(fake_mem: Memory
     item = fake_mem.get(item_id)
     assert (item.kind, item.source, item.cell_id, item.cell_index) == ("execution", NOTEBOOK, "c-1", 2)
     assert item.event_at == datetime(2026, 3, 2, 10, 0) and item.location == f"{NOTEBOOK}#cell 3"
+    # The notebook is the session its cells belong to: search reads them as a conversation's turns.
+    assert item.conversation == NOTEBOOK
     assert item.heading == "failed: ValueError: zorblax-quux failed"
     assert item.text.splitlines() == [
         'raise ValueError("zorblax-quux failed")',
@@ -323,3 +325,19 @@ def test_capture_off_by_setting_and_unloading_leaves_the_shell_as_it_was(
     magics.memory = None
     assert not magics.cell_capture.enabled
     assert (sys.stdout.write, shell.showtraceback, shell.displayhook.write_format_data) == writes
+
+
+def test_a_cell_is_found_by_the_words_of_the_cell_run_before_it(fake_mem: Memory) -> None:
+    # The cells of one notebook are turns of its session: a cell that only printed a number is
+    # found by what the cell before it set up, and a cell of another notebook is not lifted.
+    runs = [
+        {"source": "len(rows)", "output": "8231", "notebook": "/work/other.ipynb", "at": "2026-03-02T09:00"},
+        {"source": "rows = load_quarterly_ledger()", "notebook": NOTEBOOK, "at": "2026-03-02T10:00"},
+        {"source": "len(rows)", "output": "8231", "notebook": NOTEBOOK, "at": "2026-03-02T10:01"},
+    ]
+    other, ledger, count = fake_mem.capture(runs)
+    from nbmemory.api import PipelineConfig
+
+    ranked = fake_mem.search("quarterly ledger", kind="execution", k=5, config=PipelineConfig(group=False)).ids
+    assert ranked[0] == ledger and ranked[1] == count  # the two cells are the same but for their neighbour
+    assert other not in ranked[:2]

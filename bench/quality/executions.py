@@ -69,7 +69,7 @@ QUESTIONS = DATA / "executions-questions.jsonl"
 DEFAULT_OUT = RESULTS / "executions.json"
 CACHE = REPO / "bench" / ".cache" / "executions"
 #: Bumped when what is stored for a run changes: a new store is built.
-INGEST_FORMAT = "runs-v1"
+INGEST_FORMAT = "runs-v2"  # v2: a run's notebook is its conversation
 #: Runs per ``Memory.capture`` call (the kernel's batch, :data:`nbmemory.jupyter.capture.BATCH`).
 BATCH = 64
 
