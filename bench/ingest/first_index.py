@@ -1,9 +1,9 @@
 """A first index, as a person waits for it: one bare model pass, the time until the memory is
 searchable, and the time until its passages are complete, side by side in one run.
 
-    python -m bench.ingest.first_index [--shapes notes,notebooks,mix] [--notes DIR] [--notes-n N]
-        [--notebooks DIR] [--notebooks-n 67] [--mix-chunks 50000] [--inline] [--bare-windows]
-        [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
+    python -m bench.ingest.first_index [--shapes notes,notebooks,mix,vault] [--notes DIR] [--notes-n N]
+        [--notebooks DIR] [--notebooks-n 67] [--mix-chunks 50000] [--vault-files 17000] [--inline]
+        [--bare-windows] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
 
 Each shape is a folder indexed into a new store with the bundled all-MiniLM-L6-v2, no vector cache
 (each text embedded for real), the model loaded and warmed before the clock starts:
@@ -11,7 +11,9 @@ Each shape is a folder indexed into a new store with the bundled all-MiniLM-L6-v
 * ``notes``: the jbranchaud-til notes (1,871; ``--notes-n N`` the first N files);
 * ``notebooks``: the hf-notebooks corpus, its first ``--notebooks-n`` notebooks (67);
 * ``mix``: copies of both, each copy's title (a note's H1, a notebook's first markdown cell)
-  marked with its copy number so every chunk is new text, until about ``--mix-chunks`` chunks.
+  marked with its copy number so every chunk is new text, until about ``--mix-chunks`` chunks;
+* ``vault`` (not in the default list: hours on 2 cores): marked copies of the notes until
+  ``--vault-files`` files (17,000), a large Obsidian-style vault.
 
 Per shape:
 
@@ -112,6 +114,17 @@ def mix_folder(sources: list[Path], chunks: int, target: Path) -> Path:
     return target
 
 
+def vault_folder(notes: Path, files: int, target: Path) -> Path:
+    """Marked copies of the notes (round after round) until ``files`` files."""
+    sources = sorted(notes.rglob("*.md"))
+    for i in range(files if sources else 0):
+        path, copy = sources[i % len(sources)], i // len(sources)
+        dest = target / f"copy{copy:03d}" / path.relative_to(notes)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(marked_copy(path, copy))
+    return target
+
+
 def nbmemory_run(
     folder: Path, embedder: Any, refine: str, workdir: Path
 ) -> tuple[dict[str, Any], list[str], list[str]]:
@@ -185,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--shapes", default="notes,notebooks,mix", help="notes, notebooks, mix (comma-separated)"
+        "--shapes", default="notes,notebooks,mix", help="notes, notebooks, mix, vault (comma-separated)"
     )
     parser.add_argument("--notes", type=Path, default=NOTES_CORPUS, help="notes folder (default %(default)s)")
     parser.add_argument("--notes-n", type=int, help="the first N notes only")
@@ -197,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--mix-chunks", type=int, default=50_000, help="chunks in the mix (default %(default)s)"
+    )
+    parser.add_argument(
+        "--vault-files", type=int, default=17_000, help="files in the vault (default %(default)s)"
     )
     parser.add_argument("--inline", action="store_true", help="also index with refine='inline' (the old way)")
     parser.add_argument(
@@ -211,9 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     set_torch_threads(args.torch_threads)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    unknown = sorted(set(shapes) - {"notes", "notebooks", "mix"})
+    unknown = sorted(set(shapes) - {"notes", "notebooks", "mix", "vault"})
     if unknown:
-        raise SystemExit(f"unknown shape(s) {', '.join(unknown)}: give notes, notebooks or mix")
+        raise SystemExit(f"unknown shape(s) {', '.join(unknown)}: give notes, notebooks, mix or vault")
     load_before = os.getloadavg()
     embedder = SentenceTransformerEmbedder()
     embedder.embed_documents(["warm up the model"])
@@ -231,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             elif shape == "notebooks":
                 assert notebooks is not None
                 folder = notebooks
+            elif shape == "vault":
+                folder = vault_folder(notes, args.vault_files, work / "vault")
             else:
                 assert notebooks is not None
                 folder = mix_folder([notes, notebooks], args.mix_chunks, work / "mix")
