@@ -212,9 +212,10 @@ class Memory:
     def wait_refined(self, timeout: float | None = None) -> bool:
         if not self.settings.passages:
             return True
+        embedder = self._require_model_match()  # a file of another model is re-embedded first
         if self._refiner is None:
             # Inline: only a killed write leaves passages pending; make them here.
-            if passages.missing(self.db, self._require_model_match().fingerprint):
+            if passages.missing(self.db, embedder.fingerprint):
                 with self._model.writing() as embedder:
                     self._model.fill_passages(embedder)
             return True

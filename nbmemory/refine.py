@@ -182,6 +182,9 @@ class Refiner:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._asked = True
+            # A pass of its own: the file as it is now (a re-embed may have changed its model).
+            self._generation += 1
+            self._left = None
             self._cond.notify_all()
             while self._complete_at != self._generation:
                 if self._stopping:
@@ -248,8 +251,12 @@ class Refiner:
                 self._cond.wait_for(lambda: self._asked or self._stopping, START_DELAY_S)
                 if self._stopping:
                     return
-            embedder = self.model.matching()
-            if embedder.fingerprint != fingerprint:  # swapped meanwhile: the next pass looks again
+            # Loaded, not checked: a file of another model is re-embedded by whoever uses the
+            # memory first (in its own thread), never at this thread's priority.
+            embedder = self.model.loaded()
+            if embedder.fingerprint != fingerprint:
+                with self._cond:  # until a write or a wait (which checks the model first)
+                    self._cond.wait_for(lambda: self._generation != generation or self._stopping)
                 return
         with self._cond:
             if generation == self._generation:  # else a write came since the file was read
@@ -331,7 +338,7 @@ class Refiner:
         inline measured after its write); False when the memory closed first."""
         if reject.thresholds_for(fingerprint) is None:
             return True
-        embedder = embedder or self.model.matching()
+        embedder = embedder or self.model.loaded()
         if not self._turn() or not self._begin_step():
             return False
         try:

@@ -321,3 +321,19 @@ def test_status_and_memstats_say_how_far_refining_got(
         assert again.wait_refined(timeout=120)
     assert main(["-q", "status"]) == 0
     assert f"passages: {total:,}, complete" in capsys.readouterr().out
+
+
+def test_a_file_of_another_model_is_re_embedded_by_its_user_then_refined_for_the_new_one(
+    tmp_path: Path,
+) -> None:
+    notes = prose(tmp_path / "notes", notes=6)
+    mem = Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32, tag="a"), refine="background")
+    with held_off(mem):
+        mem.index(notes)
+        mem.close()  # its passages left pending, for model a
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32, tag="b"), refine="background") as again:
+        assert again.wait_refined(timeout=60)
+        refine = again.stats()["refine"]
+        assert refine["done"] == refine["total"] > 0
+        fingerprints = again.db.fetchall("SELECT DISTINCT fingerprint FROM passages")
+        assert fingerprints == [(again.embedder.fingerprint,)]
