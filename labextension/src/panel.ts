@@ -244,8 +244,8 @@ export class MemoryPanel extends Widget {
   }
 
   /**
-   * Ask the server again for capture's and the agents' state, and for the refinement when none
-   * is followed; an endpoint that answered 404 is not asked again (this server has none).
+   * Ask the server again for capture's and the agents' state; an endpoint that answered 404 is
+   * not asked again (this server has none).
    */
   refreshState(): Promise<void> {
     // One question at a time: a poll and a kernel's start may ask together.
