@@ -61,12 +61,10 @@ CLOSE_WAIT_S = 30.0
 #: write or :meth:`Refiner.wait` comes first: a process that opens the memory for a moment (a
 #: command, a script that only reads) does not load the model for passages it will not finish.
 START_DELAY_S = 2.0
-#: The meta key that says with how many passages of a model the near-miss cosine was measured.
-_NEAR_MISS_AT = "near_miss_passages:"
-
-
 #: Passages per step on a GPU: its passes are short, and large length-sorted batches use it well.
 GPU_STEP_WINDOWS = 2048
+#: The meta key that says with how many passages of a model the near-miss cosine was measured.
+_NEAR_MISS_AT = "near_miss_passages:"
 
 
 def step_windows(embedder: Embedder) -> int:
@@ -136,7 +134,8 @@ class Refiner:
 
     # -- what the memory tells it ------------------------------------------------------------
     def start(self) -> None:
-        """Begin (once): the thread looks for pending passages at once, then at every :meth:`wake`."""
+        """Begin (once): the thread looks for pending passages at once, then after every write
+        that leaves some (:meth:`writing`) and at every :meth:`wait`."""
         with self._cond:
             if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name="nbmemory-refine", daemon=True)
