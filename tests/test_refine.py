@@ -337,3 +337,17 @@ def test_a_file_of_another_model_is_re_embedded_by_its_user_then_refined_for_the
         assert refine["done"] == refine["total"] > 0
         fingerprints = again.db.fetchall("SELECT DISTINCT fingerprint FROM passages")
         assert fingerprints == [(again.embedder.fingerprint,)]
+
+
+def test_on_a_gpu_documents_go_in_larger_length_sorted_batches() -> None:
+    from nbmemory.ingest import indexer
+
+    class OnGpu(FakeEmbedder):
+        device = "cuda"
+
+    assert indexer.batch_chunks(OnGpu()) == indexer.GPU_BATCH_CHUNKS > indexer.batch_chunks(FakeEmbedder())
+    assert (
+        refine_mod.step_windows(OnGpu())
+        == refine_mod.GPU_STEP_WINDOWS
+        > refine_mod.step_windows(FakeEmbedder())
+    )

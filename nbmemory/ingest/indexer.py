@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 SKIP_DIRS = exclude.SKIP_DIRS
 BATCH_CHUNKS = 512
 #: Chunks per batch when the model runs on a GPU: the embedder sorts a batch's texts by length
-#: and reads them in large batches (256 texts a pass), so a larger batch pads less.
-GPU_BATCH_CHUNKS = 8192
+#: and reads them in large batches (256 texts a pass), so a larger batch pads less; its commit
+#: is one transaction, so searches beside it wait for a larger write.
+GPU_BATCH_CHUNKS = 4096
 
 
 def batch_chunks(embedder: Embedder) -> int:
