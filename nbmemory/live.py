@@ -73,6 +73,8 @@ class Batch:
     removed: int = 0
     unchanged: int = 0
     embedded: int = 0
+    #: Passages of the chunks written that the background refiner makes after the batch.
+    refining: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     ms: float = 0.0
     at: float = 0.0
@@ -84,6 +86,8 @@ class Batch:
             f"{self.indexed} indexed, {self.removed} removed, {self.unchanged} unchanged, "
             f"{self.embedded} chunks embedded, {self.ms:.0f} ms"
         )
+        if self.refining:
+            text += f"; searchable, {self.refining} passages to refine"
         if self.failures:
             text += f"; {len(self.failures)} failed: " + "; ".join(f"{p}: {r}" for p, r in self.failures[:3])
         return text
@@ -420,6 +424,7 @@ class ChangeQueue:
         result.removed += report.files_removed
         result.unchanged += report.files_unchanged
         result.embedded += report.chunks_embedded
+        result.refining += getattr(report, "passages_pending", 0)  # none from an older owner
         result.failures += [(str(p), str(r)) for p, r in report.skipped]
 
 

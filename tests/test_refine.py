@@ -351,3 +351,23 @@ def test_on_a_gpu_documents_go_in_larger_length_sorted_batches() -> None:
         == refine_mod.GPU_STEP_WINDOWS
         > refine_mod.step_windows(FakeEmbedder())
     )
+
+
+def test_a_live_batch_says_it_is_searchable_with_passages_to_refine(tmp_path: Path) -> None:
+    from nbmemory.live import Batch, ChangeQueue, Root
+
+    notes = prose(tmp_path / "notes", notes=3)
+    batches: list[Batch] = []
+    with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32), refine="background") as mem:
+        queue = ChangeQueue(mem, roots=[Root(str(notes), "default")], on_batch=batches.append, quiet=0.0)
+        try:
+            with held_off(mem):
+                for path in sorted(notes.iterdir()):
+                    queue.put(path)
+                assert queue.wait_idle(timeout=60)
+        finally:
+            queue.close()
+        assert mem.wait_refined(timeout=60)
+    refining = sum(b.refining for b in batches)
+    assert refining > 0
+    assert any(f"searchable, {b.refining} passages to refine" in b.line() for b in batches if b.refining)
