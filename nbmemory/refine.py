@@ -271,6 +271,12 @@ class Refiner:
                 first += 1
             if not self._turn() or not self._begin_step():
                 return
+            if self._generation != generation and first > len(step):
+                # A write came: the next pass reads the file again (what is pending, and how
+                # much: the progress is counted from it). Each pass makes one step at least, so
+                # writes that come more often than a step still leave it going.
+                self._end_step()
+                return
             assert embedder is not None
             try:
                 with self.model.use.writing():
