@@ -514,10 +514,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     });
 
-    // Settings the server holds: sent on load only when the user set them (otherwise the
-    // server's own default stands, which may come from its configuration), and when their value
-    // changes. Lab's settings form saves every field of the plugin once any is changed, so a
-    // field newly set to the value it had is no change.
+    // Settings the server holds: sent on load only when the user set them to something other
+    // than the schema's default (otherwise the server's own default stands, which may come from
+    // its configuration: Lab's settings form saves every field of the plugin once any one is
+    // changed, so "set" alone does not mean the person chose it), and when their value changes.
     const sent: { [key: string]: unknown } = {};
     const sendToServer = (
       settings: ISettingRegistry.ISettings,
@@ -527,7 +527,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ): void => {
       const value = settings.get(key).composite;
       const changed = first
-        ? settings.user[key] !== undefined
+        ? settings.user[key] !== undefined &&
+          JSON.stringify(value) !== JSON.stringify(settings.default(key))
         : JSON.stringify(value) !== JSON.stringify(sent[key]);
       sent[key] = value;
       if (changed) {

@@ -276,6 +276,23 @@ def test_the_capture_setting_reaches_the_server(page: Any, lab: Lab) -> None:
     )
     box.uncheck()
     eventually(lambda: lab.api("GET", "capture")["server_wide"] is False, "server_wide off at the end")
+    # Set back to the schema's default, it is not sent on load: the server's own state stands
+    # (Lab saves every field once one changes; a server configured otherwise keeps its setting).
+    # (The settings form saves a change more than once: let its last save land first.)
+    page.wait_for_timeout(2_000)
+    lab.api("PUT", "capture", {"server_wide": True})
+    seen = len(page.requests)  # type: ignore[attr-defined]
+    page.reload()
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    asked = lambda: [  # noqa: E731
+        (method, url) for method, url, _ in page.requests[seen:] if url.split("?")[0].endswith("/nbmemory/capture")
+    ]
+    # The sidebar reads the capture state once the settings are applied: by then a PUT was sent or not.
+    eventually(lambda: any(method == "GET" for method, _ in asked()), "the reloaded page read capture", page)
+    assert [method for method, _ in asked()].count("PUT") == 0, page.requests[seen:]
+    assert lab.api("GET", "capture")["server_wide"] is True
+    lab.api("PUT", "capture", {"server_wide": False})
+    page.locator(".lm-TabBar-tab[data-id='nbmemory-sidebar']").wait_for(state="visible")
     show_sidebar(page)
 
 
