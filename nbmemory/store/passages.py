@@ -229,21 +229,29 @@ def _store(
     return len(flat)
 
 
-def missing(db: Database, fingerprint: str, con: Any = None) -> list[Content]:
+def missing(db: Database, fingerprint: str, span: int | None = None) -> list[Content]:
     """Live chunks of prose with two or more windows and no passages for this model, oldest
-    first; read through ``con`` (a snapshot cursor: :meth:`Database.snapshot`) when given, so a
-    background reader does not hold the store's lock for the scan."""
+    first. ``span``: read that many chunk ids per statement, each under the store's lock on its
+    own, so a background reader never holds the lock for a whole scan of a large memory."""
     # A text shorter than one window holds one window at most (its pieces and the spaces
     # joining them fit in it): only longer ones are split here.
     sql = (
-        "SELECT c.content_hash, any_value(c.heading), any_value(c.text), any_value(c.kind) "
+        "SELECT c.content_hash, any_value(c.heading), any_value(c.text), any_value(c.kind), min(c.id) "
         "FROM chunks c WHERE c.deleted_at IS NULL AND c.kind IN (SELECT unnest(?::VARCHAR[])) "
-        "AND length(c.text) >= ? AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.fingerprint = ? "
-        "AND p.content_hash = c.content_hash) GROUP BY c.content_hash ORDER BY min(c.id)"
+        "AND length(c.text) >= ? AND c.id BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM passages p "
+        "WHERE p.fingerprint = ? AND p.content_hash = c.content_hash) GROUP BY c.content_hash"
     )
-    params = [sorted(KINDS), WINDOW_CHARS, fingerprint]
-    rows = con.execute(sql, params).fetchall() if con is not None else db.fetchall(sql, params)
-    return [(r[0], r[1] or "", r[2], r[3]) for r in rows if texts_of(r[1] or "", r[2], r[3])]
+    top = int(db.scalar("SELECT coalesce(max(id), 0) FROM chunks"))
+    span = span or top + 1
+    found: dict[str, tuple[int, Content]] = {}
+    for low in range(0, top + 1, span):
+        for digest, heading, text, kind, first in db.fetchall(
+            sql, [sorted(KINDS), WINDOW_CHARS, low, low + span - 1, fingerprint]
+        ):
+            if digest not in found or first < found[digest][0]:
+                found[digest] = (int(first), (digest, heading or "", text, kind))
+    ordered = [content for _, content in sorted(found.values(), key=lambda held: held[0])]
+    return [c for c in ordered if texts_of(c[1], c[2], c[3])]
 
 
 def stored_count(db: Database, fingerprint: str) -> int:
