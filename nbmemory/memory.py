@@ -72,8 +72,8 @@ class Memory:
     progress:
         Show progress bars on stderr for long runs.
     refine:
-        When the passages of long chunks of prose are made (default ``NBMEMORY_REFINE``, else
-        ``"inline"``): ``"background"``: a write returns once its chunks are searchable (BM25 and their own
+        When the passages of long chunks of prose are made: ``"background"`` (default, or
+        ``NBMEMORY_REFINE``): a write returns once its chunks are searchable (BM25 and their own
         vectors), and a thread of this process fills the passages after it, at low priority
         (:mod:`nbmemory.refine`, :meth:`wait_refined`); ``"inline"``: each write makes them before
         it returns.

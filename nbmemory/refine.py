@@ -78,10 +78,8 @@ def step_windows(embedder: Embedder) -> int:
 
 
 def refine_mode(value: str | None = None) -> RefineMode:
-    """The refinement mode: ``value``, else ``NBMEMORY_REFINE``, else ``inline`` (the crash harness
-    finds logs that do not replay after kills beside the background refiner: not the default
-    until that is understood)."""
-    chosen = (value if value is not None else os.environ.get("NBMEMORY_REFINE", "inline")).strip().lower()
+    """The refinement mode: ``value``, else ``NBMEMORY_REFINE``, else ``background``."""
+    chosen = (value if value is not None else os.environ.get("NBMEMORY_REFINE", "background")).strip().lower()
     if chosen not in MODES:
         where = "refine" if value is not None else "NBMEMORY_REFINE"
         raise ConfigError(f"{where}={chosen!r}: give background or inline")

@@ -267,7 +267,7 @@ def test_a_refine_mode_that_is_neither_is_refused(monkeypatch: pytest.MonkeyPatc
         Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32))
     monkeypatch.delenv("NBMEMORY_REFINE")
     with Memory(tmp_path / "m.duckdb", embedder=FakeEmbedder(dim=32)) as mem:
-        assert mem.refine == "inline"  # the default, until background passes the crash harness
+        assert mem.refine == "background"  # the default
 
 
 def test_an_owner_that_stops_when_idle_is_not_idle_while_it_refines(tmp_path: Path) -> None:

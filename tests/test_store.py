@@ -110,6 +110,37 @@ def test_reopening_after_a_killed_process_finds_everything_committed(tmp_path: P
             assert mem.doctor().ok, mem.doctor().summary()
 
 
+# Two rebuilds of the full-text snapshot in one process with a checkpoint between them, then
+# death before the next checkpoint: what a background writer that commits often leaves.
+REBUILDER = textwrap.dedent(
+    """
+    import os, sys
+    from nbmemory import Memory
+    from nbmemory.embed import FakeEmbedder
+    from nbmemory.store import fts
+    with Memory(sys.argv[1], embedder=FakeEmbedder(dim=32)) as mem:
+        mem.remember_many([f"first batch note {i} about ledgers" for i in range(30)])
+        fts.rebuild(mem.db)
+        mem.db.execute("CHECKPOINT")
+        mem.remember("the one written after the checkpoint: quokka")
+        fts.rebuild(mem.db)
+        os._exit(0)  # no checkpoint at close
+    """
+)
+
+
+@pytest.mark.integration
+def test_a_process_that_dies_after_rebuilding_the_fts_snapshot_twice_leaves_a_file_that_opens(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.duckdb"
+    subprocess.run([sys.executable, "-c", REBUILDER, str(path)], check=True, cwd=REPO, timeout=120)
+    assert Path(f"{path}.wal").stat().st_size > 0  # the second rebuild is only in the log
+    with Memory(path, embedder=FakeEmbedder(dim=32)) as mem:
+        assert mem.search("quokka", k=1).hits[0].text.endswith("quokka")
+        assert mem.doctor().ok, mem.doctor().summary()
+
+
 HOLDER = textwrap.dedent(
     """
     import sys, time

@@ -119,8 +119,8 @@ def rebuild(db: Database) -> int:
         db.cache.pop(key, None)
     with db.transaction() as con:
         mark = int(con.execute("SELECT coalesce(max(seq), 0) FROM chunks").fetchone()[0])  # type: ignore[index]
-        for schema in LEGACY_SCHEMAS:
-            con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for schema in (*LEGACY_SCHEMAS, FTS_SCHEMA):
+            _drop_schema(con, schema)
         con.execute(
             f"CREATE OR REPLACE TABLE {FTS_INPUT} AS "
             f"SELECT id, {prepared('text')} AS text, {prepared('heading')} AS heading FROM chunks"
@@ -157,6 +157,31 @@ def rebuild(db: Database) -> int:
         db.cache.pop(key, None)
     db.rebuilds += 1
     return mark
+
+
+def _drop_schema(con: Any, schema: str) -> None:
+    """Drop an index schema entry by entry, then the schema itself.
+
+    Within one process, DuckDB's catalog can lose the link from some of the extension's tables
+    (``docs``, ``dict``, ``terms``) to their schema once it is checkpointed, so ``DROP SCHEMA ...
+    CASCADE`` (and the extension's ``overwrite``) logs no drop for them: if the process then dies
+    before the next checkpoint, the write-ahead log drops a schema that still holds tables and the
+    file no longer opens. A drop of each entry by name is logged and replays.
+    """
+    tables = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = ?",
+        [CATALOG, schema],
+    ).fetchall()
+    macros = con.execute(
+        "SELECT DISTINCT function_name, function_type FROM duckdb_functions() WHERE database_name = ? "
+        "AND schema_name = ? AND function_type IN ('macro', 'table_macro')",
+        [CATALOG, schema],
+    ).fetchall()
+    for name, kind in macros:
+        con.execute(f'DROP {"MACRO TABLE" if kind == "table_macro" else "MACRO"} {schema}."{name}"')
+    for (name,) in tables:
+        con.execute(f'DROP TABLE {schema}."{name}"')
+    con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def needs_rebuild(db: Database) -> bool:

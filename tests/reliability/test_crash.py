@@ -27,7 +27,7 @@ import pytest
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.store import vectors
-from tests.reliability.crash_harness import PHASES, Kill, run_campaign
+from tests.reliability.crash_harness import PHASES, Kill, ranking_difference, run_campaign
 
 # The kills land inside HNSW persistence and rebuilds: the SQL path's machinery, which the
 # memory-resident index (the default) does without; tests/search/test_hot.py covers a crash there.
@@ -189,3 +189,15 @@ def test_rebuilding_the_index_over_a_table_with_deleted_rows_keeps_writes_safe(t
     with Memory(tmp_path / "r.duckdb", embedder=FakeEmbedder(dim=48)) as mem:
         assert mem.doctor().ok, mem.doctor().summary()
         assert mem.stats()["items"] == 66
+
+
+def test_rankings_compare_within_a_float32_ulp_and_tell_a_real_difference() -> None:
+    a = [(-1.018713, 1), (-0.9745375, 2), (-0.96, 3), (-0.5, 4), (-0.5, 5)]
+    # The same scores a bit apart (one side of a 6-digit rounding each), a tie at the cut broken
+    # the other way, and two near-equal scores that swap: the same ranking.
+    b = [(-1.018713, 1), (-0.97453749, 2), (-0.96, 3), (-0.5, 4), (-0.5, 6)]
+    assert ranking_difference(a, b) is None
+    assert ranking_difference([(-0.7, 1), (-0.7000001, 2)], [(-0.7000001, 2), (-0.7, 1)]) is None
+    assert "rank 2" in (ranking_difference(a, [a[0], (-0.9, 2), *a[2:]]) or "")
+    assert "id 3" in (ranking_difference(a, [*a[:2], (-0.96, 9), *a[3:]]) or "")
+    assert "hits vs" in (ranking_difference(a, a[:4]) or "")
