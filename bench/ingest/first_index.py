@@ -3,7 +3,7 @@ searchable, and the time until its passages are complete, side by side in one ru
 
     python -m bench.ingest.first_index [--shapes notes,notebooks,mix,vault] [--notes DIR] [--notes-n N]
         [--notebooks DIR] [--notebooks-n 67] [--mix-chunks 50000] [--vault-files 17000] [--inline]
-        [--bare-windows] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
+        [--bare-windows] [--static] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
 
 Each shape is a folder indexed into a new store with the bundled all-MiniLM-L6-v2, no vector cache
 (each text embedded for real), the model loaded and warmed before the clock starts:
@@ -23,8 +23,9 @@ Per shape:
 * ``nbmemory (background)``: ``Memory.index`` with the default ``refine="background"``:
   ``searchable_s`` when it returns (chunks stored with BM25 and their own vectors),
   ``complete_s`` when ``Memory.wait_refined()`` returns (every passage stored);
-* ``nbmemory (inline)`` (``--inline``): ``refine="inline"``, the behaviour before: searchable
-  and complete together;
+* ``nbmemory (inline)`` (``--inline``): ``refine="inline"``: searchable and complete together;
+* ``nbmemory (static, background)`` (``--static``): the static model distilled from the same
+  model (:mod:`nbmemory.embed.static`, ``NBMEMORY_MODEL=static``), distilled before the clock;
 * ``vstash`` / ``memsearch`` (``--peers``, markdown shapes only: their drivers read markdown
   notes): their drivers (``../shared/peers``, installed by its ``setup.sh``) ingest the same
   notes; the time is the one they print.
@@ -51,6 +52,7 @@ from bench.lib.paths import NOTES_CORPUS, RESULTS, SHARED
 from nbmemory import Memory
 from nbmemory.config import Settings, set_torch_threads
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
+from nbmemory.embed.static import StaticEmbedder
 from nbmemory.eval.report import write_json
 from nbmemory.ingest.chunking import chunk_file
 from nbmemory.store import passages
@@ -126,10 +128,10 @@ def vault_folder(notes: Path, files: int, target: Path) -> Path:
 
 
 def nbmemory_run(
-    folder: Path, embedder: Any, refine: str, workdir: Path
+    folder: Path, embedder: Any, refine: str, workdir: Path, label: str = ""
 ) -> tuple[dict[str, Any], list[str], list[str]]:
     """Index ``folder`` into a new store; the row, its chunks' embedding texts, and its passages' texts."""
-    path = workdir / f"{refine}.duckdb"
+    path = workdir / f"{refine}{label}.duckdb"
     started = time.perf_counter()
     with Memory(path, embedder=embedder, settings=Settings(passages=True), refine=refine) as mem:  # type: ignore[arg-type]
         report = mem.index(folder)
@@ -142,9 +144,10 @@ def nbmemory_run(
     texts = [embedding_text(h or "", t) for h, t, _ in rows]
     windows = [w for h, t, k in rows for w in passages.texts_of(h or "", t, k)]
     row = {
-        "system": f"nbmemory ({refine})",
+        "system": f"nbmemory ({label.strip('-') + ', ' if label else ''}{refine})",
         "searchable_s": round(searchable, 1),
         "complete_s": round(complete, 1),
+        "files_per_s_searchable": round(report.files_seen / searchable, 1) if searchable else None,
         "files": report.files_seen,
         "chunks": report.chunks_added,
         "chunks_embedded": report.chunks_embedded,
@@ -169,6 +172,8 @@ def run_shape(
         rows.insert(1, both)
     if args.inline:
         rows.append(nbmemory_run(folder, embedder, "inline", workdir)[0])
+    if args.static is not None:
+        rows.append(nbmemory_run(folder, args.static, "background", workdir, "-static")[0])
     if args.peers and name != "notebooks":
         home = args.peers_home or Path(
             os.environ.get("PEERS") or Path(os.environ.get("TMPDIR") or "/tmp") / "nbm-peers"
@@ -218,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bare-windows", action="store_true", help="also time a bare pass over chunks and passages"
     )
+    parser.add_argument(
+        "--static", action="store_true", help="also index with the static model (NBMEMORY_MODEL=static)"
+    )
     parser.add_argument("--peers", action="store_true", help="also time vstash's and memsearch's ingest")
     parser.add_argument(
         "--peers-home", type=Path, help="the peers' venvs (default $PEERS or $TMPDIR/nbm-peers)"
@@ -234,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     embedder = SentenceTransformerEmbedder()
     embedder.embed_documents(["warm up the model"])
     embedder.embed_query("warm up the query path")
+    # Distilled (or read from the cache) before any clock starts, like the model's load.
+    args.static = StaticEmbedder() if args.static else None
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="first-index-") as tmp:
         work = Path(tmp)

@@ -78,7 +78,7 @@ def open_memory(turns: list[Turn], embedder: CachedEmbedder, log: Any) -> Any:
     for stale in (tmp, tmp.with_suffix(".duckdb.wal")):
         stale.unlink(missing_ok=True)
     log(f"storing {len(turns)} turns into {path.name}")
-    memory = Memory(tmp, embedder=embedder)
+    memory = Memory(tmp, embedder=embedder, refine="inline")
     by_conv: dict[str, list[Turn]] = {}
     for t in turns:
         by_conv.setdefault(t.conversation, []).append(t)

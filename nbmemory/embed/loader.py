@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     from nbmemory.tune.versions import ModelVersion
 
 
-def load_model(model: str, device: str | None = None) -> SentenceTransformerEmbedder:
-    """A sentence-transformers model by name or folder (the bundled one for all-MiniLM-L6-v2)."""
+def load_model(model: str, device: str | None = None) -> Embedder:
+    """A sentence-transformers model by name or folder (the bundled one for all-MiniLM-L6-v2), or
+    a static model distilled from one (``static``, ``static:NAME``: :mod:`nbmemory.embed.static`)."""
+    from nbmemory.embed import static
+
+    if static.is_static(model):
+        return static.StaticEmbedder(model)
     from nbmemory.embed.sentence import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(model, device=device)

@@ -211,6 +211,11 @@ class SentenceTransformerEmbedder:
     def device(self) -> str:
         return self._device
 
+    @property
+    def model(self) -> Any:
+        """The loaded ``SentenceTransformer`` (a static model is distilled from it)."""
+        return self._model
+
     def embed_documents(self, texts: Sequence[str], progress: ProgressFn | None = None) -> np.ndarray:
         if self._vectors is None or not texts:
             return self._encode(texts, progress)

@@ -361,7 +361,7 @@ def build_store(
         embed_s = time.perf_counter() - t0
     if log:
         log(f"storing {len(texts)} items from {len(dataset.corpus)} documents into {path.name}")
-    with Memory(path, embedder=embedder, namespace=_NAMESPACE) as mem:
+    with Memory(path, embedder=embedder, namespace=_NAMESPACE, refine="inline") as mem:
         mem.remember_many(texts, sources=sources, headings=headings, namespace=_NAMESPACE, batch_size=1024)
         items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
     return StoreInfo(

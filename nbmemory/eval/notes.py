@@ -456,7 +456,7 @@ def build_notes_store(
     embedded_before = getattr(embedder, "embedded", 0)
     if log:
         log(f"indexing {corpus} into {path.name}")
-    with Memory(path, embedder=embedder, namespace=_NAMESPACE) as mem:
+    with Memory(path, embedder=embedder, namespace=_NAMESPACE, refine="inline") as mem:
         targets = [str(f) for f in files] if files is not None else [str(corpus)]
         report = mem.index(*targets, namespace=_NAMESPACE)
         items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))

@@ -89,7 +89,9 @@ def evaluate_scenario(
     outcomes: dict[str, list[QueryOutcome]] = {}
     with tempfile.TemporaryDirectory(prefix="nbmemory-scenario-") as tmp:
         t0 = time.perf_counter()
-        with Memory(Path(tmp) / "scenario.duckdb", embedder=wrapped, namespace="scenario") as mem:
+        with Memory(
+            Path(tmp) / "scenario.duckdb", embedder=wrapped, namespace="scenario", refine="inline"
+        ) as mem:
             ids = mem.remember_many(
                 [item.text for item in scenario.items],
                 sources=[item.source for item in scenario.items],
