@@ -3,7 +3,7 @@ searchable, and the time until its passages are complete, side by side in one ru
 
     python -m bench.ingest.first_index [--shapes notes,notebooks,mix,vault] [--notes DIR] [--notes-n N]
         [--notebooks DIR] [--notebooks-n 67] [--mix-chunks 50000] [--vault-files 17000] [--inline]
-        [--bare-windows] [--static] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
+        [--bare-windows] [--static] [--static-only] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
 
 Each shape is a folder indexed into a new store with the bundled all-MiniLM-L6-v2, no vector cache
 (each text embedded for real), the model loaded and warmed before the clock starts:
@@ -162,6 +162,10 @@ def run_shape(
     name: str, folder: Path, embedder: Any, args: argparse.Namespace, workdir: Path
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    if args.static_only:
+        row = nbmemory_run(folder, args.static, "background", workdir, "-static")[0]
+        row["shape"] = name
+        return [row]
     row, texts, windows = nbmemory_run(folder, embedder, "background", workdir)
     rows.append(row)
     bare = bare_pass(texts)
@@ -226,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--static", action="store_true", help="also index with the static model (NBMEMORY_MODEL=static)"
     )
+    parser.add_argument(
+        "--static-only",
+        action="store_true",
+        help="index with the static model only (no bare pass: a 17,000-file vault takes hours with the model)",
+    )
     parser.add_argument("--peers", action="store_true", help="also time vstash's and memsearch's ingest")
     parser.add_argument(
         "--peers-home", type=Path, help="the peers' venvs (default $PEERS or $TMPDIR/nbm-peers)"
@@ -243,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     embedder.embed_documents(["warm up the model"])
     embedder.embed_query("warm up the query path")
     # Distilled (or read from the cache) before any clock starts, like the model's load.
-    args.static = StaticEmbedder() if args.static else None
+    args.static = StaticEmbedder() if args.static or args.static_only else None
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="first-index-") as tmp:
         work = Path(tmp)
