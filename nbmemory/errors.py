@@ -11,6 +11,10 @@ class ConfigError(NbMemoryError):
     """A setting or argument has a value nbmemory cannot use."""
 
 
+class RequestError(ConfigError):
+    """A front end's request (a search's query, ``k``, a filter) has a value nbmemory cannot use."""
+
+
 class BadFileError(NbMemoryError):
     """A source file cannot be ingested (binary, malformed, too large, not UTF-8...).
 

@@ -10,6 +10,7 @@ string. :func:`search_filters` and :func:`tune_options` turn the values into wha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import textwrap
@@ -18,12 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nbmemory.errors import NbMemoryError
+from nbmemory.errors import ConfigError, NbMemoryError, RequestError
 from nbmemory.search.filters import KINDS
 
 if TYPE_CHECKING:
     import argparse
 
+    from nbmemory.items import Hit
     from nbmemory.memory import Memory
     from nbmemory.search.config import PipelineConfig
     from nbmemory.search.result import SearchResult
@@ -38,7 +40,9 @@ __all__ = [
     "TUNE_OPTIONS",
     "WEAK_LABEL",
     "Option",
+    "check_k",
     "filter_options",
+    "hit_payload",
     "link_outside",
     "local_memory",
     "magic_options",
@@ -49,7 +53,9 @@ __all__ = [
     "query_sources",
     "said_line",
     "score_scale",
+    "search_arguments",
     "search_filters",
+    "search_payload",
     "to_jsonable",
     "tune_options",
 ]
@@ -191,6 +197,149 @@ def pipeline_config(retrievers: str | None, rrf_k: int, chunks: bool = False) ->
 
     names = tuple(r.strip() for r in (retrievers or ",".join(ALL)).split(",") if r.strip())
     return PipelineConfig(retrievers=names, rrf_k=rrf_k, group=not chunks)
+
+
+def check_k(value: Any, default: int, most: int | None = MAX_RESULTS) -> int:
+    """How many results a request asks for: ``value`` (an int, or its digits as text), else ``default``.
+
+    Raises
+    ------
+    RequestError
+        Naming the value, when it is not a whole number from 1 to ``most`` (None: no upper bound;
+        :meth:`~nbmemory.Memory.search` keeps its own).
+    """
+    bounds = f"from 1 to {most}" if most is not None else "of at least 1"
+    if value is None or value == "":
+        value = default
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = int(value)
+    if number is None:
+        raise RequestError(f"k must be an integer {bounds}, got {value!r}")
+    if number < 1 or (most is not None and number > most):
+        raise RequestError(f"k must be an integer {bounds}, got {number}")
+    return number
+
+
+def search_arguments(
+    query: Any,
+    values: Mapping[str, Any] | None = None,
+    *,
+    default_k: int = 10,
+    most: int | None = MAX_RESULTS,
+    rrf_k: int | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of :meth:`~nbmemory.Memory.search` (``k``, the filters, ``config``)
+    that one search request of any front end asks for, checked with its query:
+    ``memory.search(query, **search_arguments(query, values))``.
+
+    Parameters
+    ----------
+    query:
+        What to search for: checked (it must hold a letter or a digit), passed on as it is.
+    values:
+        The request's options by :attr:`Option.name`: ``k``, the :func:`filter_options` (``ns``,
+        ``kind``, ``path``, ``tag``, ``since``, ``until``, ``speaker``, ``conversation``),
+        :data:`RETRIEVERS` and :data:`CHUNKS`. A missing one is its default.
+    default_k:
+        ``k`` when the request gives none.
+    most:
+        The largest ``k`` this front end takes (:data:`MAX_RESULTS`; None: any).
+    rrf_k:
+        The RRF constant of a pipeline that ``retrievers`` or ``chunks`` ask for (default: the
+        pipeline's own).
+
+    Raises
+    ------
+    RequestError
+        Naming the bad value: a query without a letter or digit, a ``k`` out of bounds, an unknown
+        kind, a filter that is not text.
+    """
+    from nbmemory.search.prefix import require_words
+
+    values = values or {}
+    if not isinstance(query, str) or not query.strip():
+        raise RequestError(f"no query given (got {query!r}): give words to search for")
+    try:
+        require_words(query)
+    except ConfigError as exc:
+        raise RequestError(str(exc)) from None
+    k = check_k(values.get("k"), default_k, most)
+    kinds = values.get("kind")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or ())
+    tags = values.get("tag")
+    tags = [tags] if isinstance(tags, str) else list(tags or ())
+    for name, given in (("kind", kinds), ("tag", tags)):
+        for value in given:
+            if not isinstance(value, str):
+                raise RequestError(f"{name} must be text, got {value!r}")
+    unknown = [x for x in kinds if x not in KINDS]
+    if unknown:
+        raise RequestError(f"kind must be one of {', '.join(KINDS)}, got {unknown[0]!r}")
+    for name in ("ns", "path", "since", "until", "speaker", "conversation", "retrievers"):
+        value = values.get(name)
+        if value is not None and not isinstance(value, str):
+            raise RequestError(f"{name} must be text, got {value!r}")
+    if values.get("retrievers") or values.get("chunks"):
+        if rrf_k is None:
+            from nbmemory.search.config import PipelineConfig
+
+            rrf_k = PipelineConfig().rrf_k
+        config = pipeline_config(values.get("retrievers"), rrf_k, bool(values.get("chunks")))
+    else:
+        config = None
+    filters = search_filters({**values, "kind": kinds, "tag": tags})
+    return {"k": k, **filters, "config": config}
+
+
+def hit_payload(hit: Hit, full_text: bool = True) -> dict[str, Any]:
+    """The one JSON dict of a search hit, as the command line (``--json``), the REST API and the
+    MCP tools return it.
+
+    :meth:`Hit.to_dict <nbmemory.items.Hit.to_dict>` (its fields, ``location``, ``cell_number``,
+    ``found_by``), with ``more_ids`` (the other chunks of the file, as ``more``) and, when the hit's
+    text looks like a prompt injection, a ``warning``.
+
+    Parameters
+    ----------
+    full_text:
+        Keep the hit's whole ``text`` (its ``snippet`` is always there).
+    """
+    from nbmemory.safety import injection_warning
+
+    data = hit.to_dict()
+    data["more_ids"] = list(hit.more)
+    if not full_text:
+        del data["text"]
+    warning = injection_warning(hit.heading + "\n" + hit.text)
+    if warning:
+        data["warning"] = warning
+    return data
+
+
+def search_payload(
+    result: Any, hit: Callable[[Hit], Any] = hit_payload, trace: bool = False
+) -> dict[str, Any]:
+    """A search's JSON: its ``query``, ``hits`` (each as ``hit`` makes it), ``rejected`` and
+    ``reason``; with ``trace``, the ranking trace too.
+
+    ``result`` is a :class:`~nbmemory.api.SearchResult`, or its fields (a command-line client
+    reads it that way).
+    """
+    payload: dict[str, Any] = {
+        "query": result.query,
+        "hits": [hit(h) for h in result.hits],
+        "rejected": result.rejected,
+        "reason": result.reason,
+    }
+    if trace:
+        payload["trace"] = result.trace.to_dict()
+    return payload
 
 
 #: The line over the hits that neither retriever supports well (``Hit.weak``), in every front end.

@@ -354,8 +354,8 @@ def test_memsearch_finds_a_paraphrase_with_the_real_model(
     ("magic", "line", "message"),
     [
         ("memsearch", "", "no query given"),
-        ("memsearch", "vpn -k 0", "k must be between 1 and 200"),
-        ("memsearch", "vpn -k 201", "k must be between 1 and 200"),
+        ("memsearch", "vpn -k 0", "k must be an integer from 1 to 200, got 0"),
+        ("memsearch", "vpn -k 201", "k must be an integer from 1 to 200, got 201"),
         ("memsearch", "vpn -k many", "invalid int value.*put it after --"),
         ("memsearch", "vpn --since yesterday", "use an ISO date"),
         ("memsearch", "vpn --kind csv", "invalid choice"),

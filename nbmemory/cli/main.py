@@ -24,10 +24,10 @@ from nbmemory.options import (
     Option,
     filter_options,
     owned_memory,
-    pipeline_config,
     print_hits,
     said_line,
-    search_filters,
+    search_arguments,
+    search_payload,
     tune_options,
 )
 from nbmemory.search.prefix import require_words
@@ -153,28 +153,16 @@ def cmd_index(args: argparse.Namespace) -> int:
     ),
 )
 def cmd_search(args: argparse.Namespace) -> int:
-    require_words(args.query)
+    # Checked before the memory opens (and the model loads); the stages, which take the memory's
+    # settings, after. The CLI, which scripts, takes any k.
+    search_arguments(args.query, {**vars(args), "retrievers": None, "chunks": False}, most=None)
     with _memory(args) as mem:
-        config = pipeline_config(args.retrievers, mem.settings.rrf_k, args.chunks)
+        arguments = search_arguments(args.query, vars(args), most=None, rrf_k=mem.settings.rrf_k)
         # plain: the owner's SearchResult as its fields, so this process never imports the search
         # package (DuckDB, numpy): a client of a warm owner answers in a fraction of a second.
-        result = mem.call(
-            "search",
-            args.query,
-            k=args.k,
-            config=config,
-            plain={"SearchResult"},
-            **search_filters(vars(args)),
-        )
+        result = mem.call("search", args.query, plain={"SearchResult"}, **arguments)
     if args.json:
-        payload: dict[str, Any] = {
-            "query": result.query,
-            "hits": [h.to_dict() for h in result.hits],
-            "rejected": result.rejected,
-            "reason": result.reason,
-        }
-        if args.explain:
-            payload["trace"] = result.trace.to_dict()
+        payload = search_payload(result, trace=args.explain)
         print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
         return 0
     print_hits(result)

@@ -25,7 +25,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring
 
 from nbmemory.errors import NbMemoryError
-from nbmemory.options import CHUNKS, KINDS, MAX_RESULTS, RETRIEVERS, Option, filter_options, magic_options
+from nbmemory.options import CHUNKS, KINDS, RETRIEVERS, Option, check_k, filter_options, magic_options
 from nbmemory.search.prefix import require_words
 
 # A word-internal apostrophe ("don't") is text, not the start of a quoted string.
@@ -198,10 +198,8 @@ def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Op
 
 
 def _k(value: int | None, default: int) -> int:
-    k = default if value is None else value
-    if not 0 < k <= MAX_RESULTS:
-        raise UsageError(f"-k must be between 1 and {MAX_RESULTS}, got {k}")
-    return k
+    with _as_usage_errors():
+        return check_k(value, default)
 
 
 def _ids_line(ids: list[int], most: int = 20) -> str:

@@ -70,8 +70,8 @@ from nbmemory.options import (
     TUNE_OPTIONS,
     magic_options,
     owned_memory,
-    pipeline_config,
-    search_filters,
+    search_arguments,
+    search_payload,
     tune_options,
 )
 from nbmemory.progress import index_bar
@@ -233,10 +233,11 @@ class MemoryMagics(Magics):
     def _write_ns(self, ns: str | None) -> str | None:
         return ns or self.namespace
 
-    def _filters(self, args: Any) -> dict[str, Any]:
-        filters = search_filters(vars(args))
-        filters["namespace"] = args.ns or self.namespace
-        return filters
+    def _search_arguments(self, query: str, args: Any) -> dict[str, Any]:
+        """What a searching magic's line asks :meth:`~nbmemory.Memory.search` for, checked."""
+        values = {**vars(args), "ns": args.ns or self.namespace}
+        with _as_usage_errors():
+            return search_arguments(query, values, default_k=self.top_k, rrf_k=self.memory.settings.rrf_k)
 
     def _links(self) -> Links:
         from nbmemory.jupyter.notebook_context import links_for
@@ -287,26 +288,19 @@ class MemoryMagics(Magics):
         """
         args = _parse_query_line(self.memsearch, _without_semicolon(line), _SEARCH_OPTIONS)
         query = _words(args.query, "query", "%memsearch token rotation -k 5")
+        arguments = self._search_arguments(query, args)
         with _as_usage_errors():
-            config = pipeline_config(args.retrievers, self.memory.settings.rrf_k, args.chunks)
-            result = self.memory.search(query, k=_k(args.k, self.top_k), config=config, **self._filters(args))
+            result = self.memory.search(query, **arguments)
         self.last_result = result
         if args.json:
-            payload: dict[str, Any] = {
-                "query": result.query,
-                "hits": [h.to_dict() for h in result.hits],
-                "rejected": result.rejected,
-                "reason": result.reason,
-            }
-            if args.explain:
-                payload["trace"] = result.trace.to_dict()
+            payload = search_payload(result, trace=args.explain)
             print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
             return None
         title = f"{_plural(len(result.hits), 'hit')} for {query!r}"
         if result.rejected:
             # The closest few are shown folded under it (SearchHits): none of them is an answer.
             title = f"{result.reason} for {query!r}"
-        trace = result.explain(top=_k(args.k, self.top_k)) if args.explain or self.explain else None
+        trace = result.explain(top=arguments["k"]) if args.explain or self.explain else None
         return SearchHits(result, title, links=self._links(), trace=trace)
 
     @magic_arguments()
@@ -358,8 +352,9 @@ class MemoryMagics(Magics):
             raise UsageError(f"--budget must be a positive number of tokens, got {budget}")
         from nbmemory.safety import build_context
 
+        arguments = self._search_arguments(query, args)
         with _as_usage_errors():
-            result = self.memory.search(query, k=_k(args.k, self.top_k), **self._filters(args))
+            result = self.memory.search(query, **arguments)
         # Nothing confident to put in a prompt: an empty block that says why.
         return build_context(
             [] if result.rejected else result.hits, budget, query=query, no_answer=result.reason

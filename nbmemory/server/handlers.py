@@ -21,7 +21,6 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
-from nbmemory.api import PipelineConfig
 from nbmemory.errors import NbMemoryError, NotFoundError
 from nbmemory.forget_source import forget_source
 from nbmemory.items import cell_number
@@ -30,17 +29,18 @@ from nbmemory.options import (
     MAX_RESULTS,
     TUNE_OPTIONS,
     filter_options,
+    hit_payload,
     link_outside,
     local_memory,
     owned_memory,
-    pipeline_config,
     query_sources,
     score_scale,
-    search_filters,
+    search_arguments,
+    search_payload,
     to_jsonable,
     tune_options,
 )
-from nbmemory.search.prefix import expand_last_word, require_words
+from nbmemory.search.prefix import expand_last_word
 from nbmemory.server.agents import AgentsHandler
 from nbmemory.server.capture import KernelCapture, capturing_kernels
 from nbmemory.server.notebooks import NotebooksHandler
@@ -150,28 +150,22 @@ class MemoryHandler(APIHandler):
             raise _fail(400, f"{name} must be an integer from {low} to {high}, got {number}")
         return number
 
-    def search_filters(self) -> dict[str, Any]:
-        """The search filters of the query string (:func:`~nbmemory.options.filter_options`), as
-        :meth:`~nbmemory.Memory.search` keywords."""
+    def filter_values(self) -> dict[str, Any]:
+        """The search filters of the query string (:func:`~nbmemory.options.filter_options`) by
+        option name, as :func:`~nbmemory.options.search_arguments` reads them."""
         values: dict[str, Any] = {}
         for option in filter_options():
             if option.name in ("ns", "speaker", "conversation"):
                 continue  # read below, verbatim
             if option.repeatable:
-                given = [x for x in self.get_query_arguments(option.name) if x]
-                unknown = [x for x in given if option.choices and x not in option.choices]
-                if unknown:
-                    raise _fail(
-                        400, f"{option.name} must be one of {', '.join(option.choices)}, got {unknown[0]!r}"
-                    )
-                values[option.name] = given
+                values[option.name] = [x for x in self.get_query_arguments(option.name) if x]
             else:
                 values[option.name] = self.get_query_argument(option.name, None) or None
         # Not stripped: "A " is another namespace than "A", and must not be read as it.
         values["ns"] = _namespace(self.raw_query_argument("ns"))
         for name in ("speaker", "conversation"):  # matched exactly, like the namespace
             values[name] = _namespace(self.raw_query_argument(name), name)
-        return search_filters(values)
+        return values
 
     def item_id(self, raw: str) -> int:
         try:
@@ -180,13 +174,7 @@ class MemoryHandler(APIHandler):
             raise _fail(400, f"item id must be an integer, got {raw!r}") from None
 
     def hits(self, hits: list[Any]) -> list[dict[str, Any]]:
-        out = []
-        for hit in hits:
-            data = hit.to_dict()
-            # The path the frontend opens: relative to the server root, None outside it.
-            data["path"] = _relative(hit.source, self.state.root_dir)
-            out.append(data)
-        return out
+        return [hit_json(hit, self.state.root_dir) for hit in hits]
 
     def inside_root(self, raw: Any, what: str = "path") -> Path:
         """Resolve a path named by a request; 403 unless it lies inside the server root."""
@@ -207,6 +195,28 @@ class MemoryHandler(APIHandler):
         if resolved != root and root not in resolved.parents:
             raise _fail(403, f"{what} {raw!r} is outside the server root")
         return resolved
+
+
+def hit_json(hit: Any, root: Path, parts: dict[str, float] | None = None) -> dict[str, Any]:
+    """A hit as the REST API returns it: :func:`~nbmemory.options.hit_payload`, with the ``path``
+    the frontend opens (relative to the server root, None outside it) and, for a search, the
+    ``parts`` its score is made of."""
+    data = hit_payload(hit)
+    data["path"] = _relative(hit.source, root)
+    if parts is not None:
+        data["parts"] = parts
+    return data
+
+
+def search_json(result: Any, root: Path, explain: bool = False) -> dict[str, Any]:
+    """A search's reply but for what the request itself said (``query``, ``searched``, ``k``,
+    ``ms``): :func:`~nbmemory.options.search_payload` of REST hits, and the score's ``scale``."""
+    parts = result.parts()
+    data = search_payload(result, lambda hit: hit_json(hit, root, parts.get(hit.id, {})), trace=explain)
+    data["scale"] = score_scale(result)
+    if explain:
+        data["explain"] = result.explain()
+    return data
 
 
 def _item_dict(item: Any, root: Path) -> dict[str, Any]:
@@ -243,41 +253,28 @@ class SearchHandler(MemoryHandler):
         query = raw.strip()
         if not query:
             raise _fail(400, "q is required")
-        try:
-            require_words(query)
-        except NbMemoryError as exc:
-            raise _fail(400, str(exc)) from exc
-        k = self.int_arg("k", self.get_query_argument("k", None), 10)
-        kwargs = self.search_filters()
         explain = self.get_query_argument("explain", "0").lower() in ("1", "true", "yes")
         chunks = self.get_query_argument("chunks", "0").lower() in ("1", "true", "yes")
         prefix = self.get_query_argument("prefix", "0").lower() in ("1", "true", "yes")
+        values = {**self.filter_values(), "k": self.get_query_argument("k", None), "chunks": chunks}
+        try:
+            kwargs = search_arguments(query, values)
+        except NbMemoryError as exc:
+            raise _fail(400, str(exc)) from exc
         started = time.perf_counter()
-        if chunks:
-            kwargs["config"] = pipeline_config(None, PipelineConfig().rrf_k, chunks=True)
         # A trailing space says the last word is finished: it is kept for the expansion to see.
         searched = query
         if prefix:
             searched = (await self.call(lambda mem: _typed(mem, raw.lstrip()))).strip()
-        result = await self.call(lambda mem: mem.search(searched, k, **kwargs))
-        hits = self.hits(result.hits)
-        parts = result.parts()
-        for hit in hits:
-            hit["parts"] = parts.get(hit["id"], {})
+        result = await self.call(lambda mem: mem.search(searched, **kwargs))
+        found = search_json(result, self.state.root_dir, explain)
         data: dict[str, Any] = {
             "query": query,
             "searched": searched,
-            "k": k,
+            "k": kwargs["k"],
             "ms": round((time.perf_counter() - started) * 1000, 1),
-            "hits": hits,
-            "rejected": result.rejected,
-            "reason": result.reason,
-            "scale": score_scale(result),
         }
-        if explain:
-            data["trace"] = result.trace.to_dict()
-            data["explain"] = result.explain()
-        self.reply(data)
+        self.reply({**found, **data})
 
 
 def _importance(value: Any) -> float:
