@@ -24,8 +24,6 @@ apart), after one untimed pass over all queries that loads the store's pages. Me
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import shutil
 import sys
@@ -38,17 +36,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from nbmemory import private
 from nbmemory.config import set_torch_threads
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
 from nbmemory.eval.beir import BeirDataset, load
-from nbmemory.eval.cache import CachedEmbedder, cache_root
+from nbmemory.eval.cache import CachedEmbedder, StoreInfo, cached_store
 from nbmemory.eval.metrics import evaluate, rank_run
 from nbmemory.ingest.chunking import MAX_CHARS, chunk_text
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
-from nbmemory.store.migrations import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import polars as pl
@@ -190,20 +186,6 @@ class IndexOptions:
 
 
 @dataclass
-class StoreInfo:
-    """The evaluation store and what building it cost."""
-
-    path: Path
-    documents: int
-    items: int
-    reused: bool
-    build_s: float = 0.0
-    embed_s: float = 0.0
-    embedded: int = 0
-    skipped_empty: int = 0
-
-
-@dataclass
 class ConfigRun:
     """One configuration's results on one dataset."""
 
@@ -285,22 +267,6 @@ def _stderr(message: str) -> None:
     print(time.strftime("%H:%M:%S"), message, file=sys.stderr, flush=True)
 
 
-def _code_hash() -> str:
-    # Store and ingest code decides what an indexed store holds: a change there rebuilds it.
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    files = [root / "memory.py", *sorted((root / "store").glob("*.py"))]
-    files += [
-        *sorted((root / "ingest" / "redact").glob("*.py")),
-        root / "ingest" / "chunking.py",
-        root / "ingest" / "text.py",
-    ]
-    for file in files:
-        if file.exists():
-            digest.update(file.read_bytes())
-    return digest.hexdigest()[:12]
-
-
 def items_for(dataset: BeirDataset, options: IndexOptions) -> tuple[list[str], list[str], list[str], int]:
     """Texts, sources (doc ids) and headings to store for a dataset, and how many docs were empty."""
     texts: list[str] = []
@@ -324,20 +290,6 @@ def items_for(dataset: BeirDataset, options: IndexOptions) -> tuple[list[str], l
             sources.append(doc.id)
             headings.append(title)
     return texts, sources, headings, skipped
-
-
-def _store_key(dataset: BeirDataset, embedder: Embedder, options: IndexOptions) -> str:
-    parts = [
-        dataset.name,
-        dataset.corpus_hash(),
-        embedder.fingerprint,
-        f"schema{SCHEMA_VERSION}",
-        _code_hash(),
-        options.title,
-        options.chunking,
-        str(options.max_chars),
-    ]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def build_store(
@@ -392,105 +344,15 @@ def prepare_store(
     if not cache:
         folder = workdir or Path(tempfile.mkdtemp(prefix="nbmemory-eval-"))
         return build_store(dataset, embedder, folder / f"{dataset.name}.duckdb", options, log)
-    family = {
-        "dataset": dataset.name,
-        "corpus": dataset.corpus_hash(),
-        "fingerprint": embedder.fingerprint,
-        "options": dataclasses.asdict(options),
-    }
     return cached_store(
         dataset.name,
-        _store_key(dataset, embedder, options),
-        family,
+        dataset.corpus_hash(),
+        embedder.fingerprint,
+        dataclasses.asdict(options),
         lambda path: build_store(dataset, embedder, path, options, log),
-        meta={
-            "model": embedder.name,
-            "fingerprint": embedder.fingerprint,
-            "schema": SCHEMA_VERSION,
-            "options": dataclasses.asdict(options),
-        },
+        meta={"model": embedder.name, "options": dataclasses.asdict(options)},
         log=log,
     )
-
-
-def cached_store(
-    name: str,
-    key: str,
-    family: Mapping[str, Any],
-    build: Callable[[Path], StoreInfo],
-    meta: Mapping[str, Any] | None = None,
-    log: LogFn | None = None,
-) -> StoreInfo:
-    """The store cache: the store ``<name>-<key>.duckdb`` if one was built, else ``build(path)``.
-
-    A store is built under a temporary name and renamed when complete, then marked with a JSON
-    file (``family``, sizes and ``meta``); an interrupted build is never reused. Stores of the
-    same ``family`` (same data, model and options) under another key, i.e. built by older
-    store or ingest code, are deleted.
-
-    Parameters
-    ----------
-    name:
-        Dataset name, the start of the file name.
-    key:
-        Everything the store's content depends on, hashed (data, model, schema, code, options).
-    family:
-        What identifies the data and settings apart from the code version.
-    build:
-        Builds the store at the path it is given and says what it holds.
-    meta:
-        More fields for the marker file.
-    """
-    stores = cache_root() / "stores"
-    private.make_dir(stores)
-    final = stores / f"{name}-{key}.duckdb"
-    marker = final.with_suffix(".json")
-    if final.exists() and marker.exists():
-        saved = json.loads(marker.read_text(encoding="utf-8"))
-        if log:
-            log(f"reusing the indexed store {final}")
-        return StoreInfo(
-            path=final,
-            documents=int(saved["documents"]),
-            items=int(saved["items"]),
-            reused=True,
-            skipped_empty=int(saved.get("skipped_empty", 0)),
-        )
-    building = stores / f".{name}-{key}.{os.getpid()}.building.duckdb"
-    for stale in (building, Path(f"{building}.wal")):
-        stale.unlink(missing_ok=True)
-    info = build(building)
-    os.replace(building, final)
-    if Path(f"{building}.wal").exists():
-        os.replace(f"{building}.wal", f"{final}.wal")
-    info.path = final
-    _drop_superseded(stores, family, keep=final)
-    record = {
-        "family": dict(family),
-        "dataset": name,
-        "documents": info.documents,
-        "items": info.items,
-        "skipped_empty": info.skipped_empty,
-        **(meta or {}),
-        "build_s": round(info.build_s, 2),
-    }
-    private.write_text(marker, json.dumps(record, indent=2))
-    return info
-
-
-def _drop_superseded(stores: Path, family: Mapping[str, Any], keep: Path) -> None:
-    # Stores of the same data, model and options built by older store/ingest code are dead weight.
-    for marker in stores.glob("*.json"):
-        store = marker.with_suffix(".duckdb")
-        if store == keep:
-            continue
-        try:
-            meta = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if meta.get("family") == family:
-            for path in (store, Path(f"{store}.wal"), marker):
-                path.unlink(missing_ok=True)
 
 
 def run_config(

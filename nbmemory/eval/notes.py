@@ -4,10 +4,11 @@ How a notes folder is evaluated
 -------------------------------
 The folder is indexed with :meth:`nbmemory.Memory.index`, exactly as a user indexes their notes
 (same walk, chunking, redaction), into a store kept in the evaluation store cache
-(:func:`nbmemory.eval.harness.cached_store`; document vectors in the vector cache), so a rerun
-on unchanged notes and code indexes nothing. Every query then goes through
-``Memory.search(query, k=fetch_k, config=...)`` for each named configuration (the same names as
-the BEIR harness: ``bm25``, ``vector``, ``rrf``, ``default``, stage toggles), timed end to end.
+(:func:`nbmemory.eval.cache.cached_store`, under the same rule as the BEIR stores; document
+vectors in the vector cache), so a rerun on unchanged notes and code indexes nothing. Every query
+then goes through ``Memory.search(query, k=fetch_k, config=...)`` for each named configuration
+(the same names as the BEIR harness: ``bm25``, ``vector``, ``rrf``, ``default``, stage toggles),
+timed end to end.
 
 Search returns chunks; the user looks for a note. A chunk ranking becomes a file ranking by
 keeping the first occurrence of each source file, in order, named by its path relative to the
@@ -46,18 +47,12 @@ import pytrec_eval
 from nbmemory.config import set_torch_threads
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
-from nbmemory.eval.cache import CachedEmbedder
-from nbmemory.eval.harness import (
-    StoreInfo,
-    cached_store,
-    make_embedder,
-    resolve_configs,
-)
+from nbmemory.eval.cache import CachedEmbedder, StoreInfo, cached_store
+from nbmemory.eval.harness import make_embedder, resolve_configs
 from nbmemory.eval.metrics import rank_run
 from nbmemory.ingest.indexer import walk
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
-from nbmemory.store.migrations import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import polars as pl
@@ -413,20 +408,6 @@ def corpus_files(corpus: Path) -> list[Path]:
     return list(walk(corpus))
 
 
-def code_hash() -> str:
-    """Version of the code that decides what an indexed notes store holds (memory, store, ingest)."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    files = [
-        root / "memory.py",
-        *sorted((root / "store").glob("*.py")),
-        *sorted((root / "ingest").glob("*.py")),
-    ]
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()[:12]
-
-
 def _corpus_hash(corpus: Path, files: Sequence[Path]) -> str:
     digest = hashlib.sha256(str(corpus).encode())
     for file in files:
@@ -483,36 +464,25 @@ def prepare_notes_store(
 ) -> StoreInfo:
     """A store holding the indexed notes: from the evaluation store cache when possible.
 
-    The cache key covers the corpus (its absolute path, every file's relative path and
-    content), the model fingerprint, the schema version and the memory/store/ingest code. A new
-    store replaces the cached one of the same folder, model and slice.
+    A store is reused only when the corpus (its absolute path, every file's relative path and
+    content), the model fingerprint, the slice, the schema version and the memory/store/ingest
+    code are the same (:func:`nbmemory.eval.cache.store_key`). A new store replaces the cached one
+    of the same folder, model and slice.
     """
     name = _dataset_name(corpus)
     if not cache:
         folder = workdir or Path(tempfile.mkdtemp(prefix="nbmemory-eval-"))
         return build_notes_store(corpus, files, embedder, folder / f"{name}.duckdb", log)
     chosen = list(files) if files is not None else corpus_files(corpus)
-    corpus_key = _corpus_hash(corpus, chosen)
-    parts = [name, corpus_key, embedder.fingerprint, f"schema{SCHEMA_VERSION}", code_hash()]
-    key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
     # Notes change over time: a store of older notes (or older code) at the same place is replaced.
-    family = {
-        "dataset": name,
-        "corpus": str(corpus),
-        "files": "all" if files is None else len(chosen),
-        "fingerprint": embedder.fingerprint,
-    }
+    settings = {"folder": str(corpus), "files": "all" if files is None else len(chosen)}
     return cached_store(
         name,
-        key,
-        family,
+        _corpus_hash(corpus, chosen),
+        embedder.fingerprint,
+        settings,
         lambda path: build_notes_store(corpus, files, embedder, path, log),
-        meta={
-            "corpus": str(corpus),
-            "model": embedder.name,
-            "fingerprint": embedder.fingerprint,
-            "schema": SCHEMA_VERSION,
-        },
+        meta={"model": embedder.name},
         log=log,
     )
 

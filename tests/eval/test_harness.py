@@ -10,7 +10,7 @@ import pytest
 
 from nbmemory.embed import FakeEmbedder
 from nbmemory.errors import ConfigError
-from nbmemory.eval import harness
+from nbmemory.eval import cache, harness
 from nbmemory.eval.harness import IndexOptions, evaluate_beir, resolve_configs, stage_toggles
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
@@ -77,7 +77,7 @@ def test_hits_tables_and_json(tiny_beir: Path) -> None:
 
 def test_rerun_reuses_cached_store_and_vectors(tiny_beir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Pinned: an edit of the store code while the suite runs must not look like a cache miss.
-    monkeypatch.setattr(harness, "_code_hash", lambda: "pinned")
+    monkeypatch.setattr(cache, "code_version", lambda: "pinned")
     first_embedder = FakeEmbedder(dim=32)
     first = evaluate_beir(tiny_beir, "bm25", embedder=first_embedder, log=None)
     assert not first.store.reused
@@ -199,9 +199,9 @@ def test_real_model_on_a_scifact_slice(real_embedder: Any) -> None:
 def test_changed_store_code_rebuilds_and_drops_the_old_store(
     tiny_beir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(harness, "_code_hash", lambda: "before")
+    monkeypatch.setattr(cache, "code_version", lambda: "before")
     first = evaluate_beir(tiny_beir, "bm25", embedder=FakeEmbedder(dim=32), log=None)
-    monkeypatch.setattr(harness, "_code_hash", lambda: "changed")
+    monkeypatch.setattr(cache, "code_version", lambda: "changed")
     embedder = FakeEmbedder(dim=32)
     second = evaluate_beir(tiny_beir, "bm25", embedder=embedder, log=None)
     assert not second.store.reused

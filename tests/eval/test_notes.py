@@ -11,7 +11,7 @@ import pytest
 
 from nbmemory.embed import FakeEmbedder
 from nbmemory.errors import ConfigError
-from nbmemory.eval import notes
+from nbmemory.eval import cache
 from nbmemory.eval.cli import add_eval_parser
 from nbmemory.eval.notes import NotesQuery, evaluate_notes, load_queries, score_run
 from nbmemory.memory import Memory
@@ -218,7 +218,7 @@ def test_rerun_reuses_the_cached_store(
     corpus: Path, queries_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Pinned: an edit of the ingest code while the suite runs must not look like a cache miss.
-    monkeypatch.setattr(notes, "code_hash", lambda: "pinned")
+    monkeypatch.setattr(cache, "code_version", lambda: "pinned")
     first_embedder = FakeEmbedder(dim=32)
     first = evaluate_notes(corpus, queries_file, "bm25", embedder=first_embedder, log=None)
     assert not first.store.reused and first_embedder.texts_embedded > 0
