@@ -11,19 +11,55 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nbmemory import long_lived
 from nbmemory.config import Settings
+from nbmemory.embed import loader
 from nbmemory.embed.base import Embedder
-from nbmemory.embed.loader import load_for_store
-from nbmemory.errors import ModelMismatchError
+from nbmemory.errors import ModelMismatchError, NotFoundError
 from nbmemory.model_use import ModelUse
 from nbmemory.progress import stderr_bar
 from nbmemory.store import passages, reembed, vectors
 from nbmemory.store.db import Database
 
+if TYPE_CHECKING:
+    from nbmemory.tune.versions import ModelVersion
+
 ModelPolicy = Literal["reembed", "error", "defer"]
+
+
+def load_for_store(
+    db: Database,
+    model: str,
+    device: str | None = None,
+    version: ModelVersion | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Embedder:
+    """The model the memory in ``db`` embeds with, configured as ``model``.
+
+    With no ``version``, the active version is used while it descends from ``model`` (opening a
+    memory with another model re-embeds with that one instead). A given ``version`` is loaded
+    whatever it descends from. An active version whose weights are gone falls back to ``model``
+    (said through ``log``); a chosen one raises :class:`NotFoundError`.
+    """
+    from nbmemory.tune import versions
+
+    chosen = version if version is not None else versions.active(db)
+    if chosen is not None and chosen.path is not None:
+        base = chosen.base_model or model
+        if version is not None or base == model:
+            if chosen.path.is_dir():
+                return loader.load_tuned(chosen.path, base, device)
+            if version is not None:
+                raise NotFoundError(
+                    f"model version {chosen.version} has no weights at {chosen.path} "
+                    "(refused versions keep only their scores): pick another with `nbmemory models`"
+                )
+            if log is not None:
+                log(f"model version {chosen.version} is missing ({chosen.path}): using {base}")
+            return loader.load_model(model, device)
+    return loader.load_model(chosen.model if chosen is not None and version is not None else model, device)
 
 
 class ActiveModel:
@@ -92,7 +128,9 @@ class ActiveModel:
         """The embedder, or a :class:`ModelMismatchError` when the file's vectors are another model's."""
         embedder = self.embedder()
         if self._mismatch:
-            raise ModelMismatchError(f"{self._mismatch}: run Memory.reembed() or `nbmemory doctor --repair` first")
+            raise ModelMismatchError(
+                f"{self._mismatch}: run Memory.reembed() or `nbmemory doctor --repair` first"
+            )
         return embedder
 
     def set_state(self, checked: bool, mismatch: str | None = None) -> None:

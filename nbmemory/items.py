@@ -8,6 +8,8 @@ from typing import Any
 
 from nbmemory.own_output import mimebundle
 
+#: Every kind an item can have: what files are chunked as (ingest) and what a search filters on.
+KINDS = ("markdown", "notebook", "code", "text", "html", "pdf", "docx", "memory", "execution", "chat")
 ITEM_COLUMNS = (
     "id, namespace, kind, source, text, heading, cell_id, cell_index, line_start, line_end, page, "
     "tags, importance, pinned, access_count, retrieval_count, created_at, updated_at, deleted_at, "
@@ -176,7 +178,9 @@ class Hit:
     is relevant, from thresholds derived for the active model (``none`` when there are none).
     ``more`` lists the other chunks of the same source that ranked (best first) when results
     are grouped per source; ``weak`` marks a hit neither retriever supports (a weaker match).
-    ``event_at``, ``speaker`` and ``conversation`` are the item's (see :class:`Item`).
+    ``event_at``, ``speaker`` and ``conversation`` are the item's (see :class:`Item`). ``store``
+    says where the item lives: ``"personal"`` (the memory file) or ``"team"`` (the team's lake,
+    :mod:`nbmemory.team`; its ``id`` is the lake's).
     """
 
     id: int
@@ -204,6 +208,7 @@ class Hit:
     tier: str = "none"
     more: list[int] = field(default_factory=list)
     weak: bool = False
+    store: str = "personal"
 
     @property
     def found_by(self) -> list[str]:

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from nbmemory.ingest import exclude
 from nbmemory.ingest.chunking import kind_of
-from nbmemory.remote.paths import publish, published, status_folder
+from nbmemory.runtime import publish, status_folder
 from nbmemory.tune.versions import models_dir
 
 if TYPE_CHECKING:
     from nbmemory.api import MemoryAPI
 
-__all__ = ["Batch", "ChangeQueue", "Root", "enabled", "summary", "watch", "watchers"]
+__all__ = ["Batch", "ChangeQueue", "Root", "enabled", "watch"]
 
 #: Seconds without a new change before a batch is indexed.
 QUIET_SECONDS = 0.3
@@ -472,25 +472,3 @@ def watch(
             ready.set()
         if changes:
             queue.put_many((path, change == watchfiles.Change.deleted) for change, path in changes)
-
-
-# -- what every live indexer of a memory is doing ----------------------------------------------
-def watchers(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The status of every live indexer of ``db_path`` that runs (:meth:`ChangeQueue.status`)."""
-    return published(db_path, "live")
-
-
-def summary(db_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The live indexers of ``db_path`` in a few fields, for ``stats()``: who watches, what is
-    pending or being indexed, the last batch, and the latest failures (file and reason)."""
-    running = watchers(db_path)
-    batches = [w["last_batch"] for w in running if w.get("last_batch")]
-    last = max(batches, key=lambda b: b["at"]) if batches else None
-    failures = sorted((f for w in running for f in w.get("failures", [])), key=lambda f: f["at"])
-    return {
-        "watchers": [f"{w['source']} (pid {w['pid']}, {len(w['roots'])} roots)" for w in running],
-        "pending": sum(w.get("pending", 0) for w in running),
-        "indexing": sum(w.get("indexing", 0) for w in running),
-        "last_batch": last["line"] if last else None,
-        "failures": [f"{f['path']}: {f['reason']}" for f in failures[-5:]],
-    }

@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from nbmemory import api, executions, live, validate
-from nbmemory.active_model import ActiveModel, ModelPolicy
+from nbmemory import api, executions, runtime, validate
+from nbmemory.active_model import ActiveModel, ModelPolicy, load_for_store
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
-from nbmemory.embed.loader import load_for_store
 from nbmemory.errors import ConfigError
 from nbmemory.ingest.indexer import Indexer, IndexReport
 from nbmemory.ingest.redact import redact
@@ -105,7 +104,7 @@ class Memory:
         #: The model, checked against the file's; writes share it, a swap (a background ``tune``)
         #: holds it alone, so a write never stores a vector of a model just replaced.
         self._model = ActiveModel(self.db, settings, embedder, on_model_change, self._log, progress)
-        self._search_log = SearchLog(self.db)
+        self._search_log = SearchLog(self.db, lambda query: redact(query).text)
         if not fts.index_exists(self.db):
             fts.rebuild(self.db)
         #: Makes pending passages in the background (None: each write makes its own).
@@ -585,7 +584,7 @@ class Memory:
         stats = item_rows.stats(self.db, self.path)
         stats["roots"] = len(root_rows.listed(self.db))
         # What the live indexers of this memory (in any process) have pending, doing or failed.
-        stats["live"] = live.summary(self.path)
+        stats["live"] = runtime.summary(self.path)
         # Passages stored, of those the live chunks need (they differ while the refiner works).
         fingerprint = stats.get("model_fingerprint") if self.settings.passages else None
         if self._refiner is not None:

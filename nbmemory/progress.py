@@ -311,3 +311,12 @@ def index_bar(enabled: bool) -> Iterator[Callable[..., None]]:
         yield progress
     finally:
         bar.close()
+
+
+def refine_line(refine: dict[str, int] | None) -> str:
+    """``Memory.stats()["refine"]`` in words: ``refining: 2,140 of 11,345 passages`` while the
+    background refiner works, else how many passages the memory holds."""
+    done, total = (refine or {}).get("done", 0), (refine or {}).get("total", 0)
+    if total > done:
+        return f"refining: {done:,} of {total:,} passages"
+    return f"passages: {total:,}, complete"

@@ -25,7 +25,7 @@ from nbmemory.errors import ConfigError
 from nbmemory.executions import plain_text
 from nbmemory.jupyter.capture import HEAD, TAIL, _Kept
 from nbmemory.jupyter.magics import MemoryMagics
-from nbmemory.remote.paths import published, status_folder
+from nbmemory.runtime import published, status_folder
 from tests.conftest import CountingEmbedder
 
 NOTEBOOK = "/work/analysis.ipynb"
@@ -338,6 +338,8 @@ def test_a_cell_is_found_by_the_words_of_the_cell_run_before_it(fake_mem: Memory
     other, ledger, count = fake_mem.capture(runs)
     from nbmemory.api import PipelineConfig
 
-    ranked = fake_mem.search("quarterly ledger", kind="execution", k=5, config=PipelineConfig(group=False)).ids
+    ranked = fake_mem.search(
+        "quarterly ledger", kind="execution", k=5, config=PipelineConfig(group=False)
+    ).ids
     assert ranked[0] == ledger and ranked[1] == count  # the two cells are the same but for their neighbour
     assert other not in ranked[:2]

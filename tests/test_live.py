@@ -21,7 +21,8 @@ import pytest
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
 from nbmemory.ingest import exclude
-from nbmemory.live import ChangeQueue, Root, summary, watch
+from nbmemory.live import ChangeQueue, Root, watch
+from nbmemory.runtime import summary
 from tests.conftest import CountingEmbedder
 
 DEADLINE = 30.0
@@ -337,6 +338,6 @@ def test_fixed_roots_and_the_status_file(memory: Memory, notes: Path) -> None:
 
 
 def summary_folder(memory: Memory) -> Path:
-    from nbmemory.remote.paths import status_folder
+    from nbmemory.runtime import status_folder
 
     return status_folder(memory.path, "live")

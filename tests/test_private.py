@@ -19,7 +19,7 @@ from nbmemory import Memory, private
 from nbmemory.config import cache_folder
 from nbmemory.embed import FakeEmbedder
 from nbmemory.remote import connect
-from nbmemory.remote.paths import endpoint, runtime_dir
+from nbmemory.runtime import endpoint, runtime_dir
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,11 +19,11 @@ import pytest
 
 from nbmemory import Memory, PipelineConfig
 from nbmemory import refine as refine_mod
-from nbmemory.cli.watch import refine_line
 from nbmemory.embed import FakeEmbedder
 from nbmemory.embed.base import ProgressFn
 from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.errors import ConfigError
+from nbmemory.progress import refine_line
 from nbmemory.store import db as store_db
 from nbmemory.store import passages
 from tests.search.test_real_notes import (

@@ -1,5 +1,7 @@
-"""The package's structure: no import cycles, no reads of other objects' private attributes, and
-the memory API declared once and reachable through ``connect()`` with the declared signatures."""
+"""The package's structure: layers that point one way, file by file and package by package, SQL
+only in the store, no reads of other objects' private attributes or imports of other modules'
+private names, and the memory API declared once and reachable through ``connect()`` with the
+declared signatures."""
 
 from __future__ import annotations
 
@@ -28,6 +30,93 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_module_reads_another_objects_private_attributes() -> None:
     assert import_graph.private_accesses() == []
+
+
+def test_the_private_import_finder_finds_one(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import _hidden, shown\nfrom .b import __all__\n")
+    assert import_graph.private_imports(tmp_path, "pkg") == ["pkg/a.py:1: from pkg.b import _hidden"]
+
+
+def test_the_package_graph_has_no_cycle() -> None:
+    units = import_graph.package_graph(import_graph.graph())
+    assert "nbmemory.store" in units["nbmemory.search"]  # the walk found package-level imports
+    assert import_graph.cycles(units) == []
+
+
+def test_the_package_graph_shows_a_cycle_the_module_graph_does_not() -> None:
+    edges = {"p.a.x": {"p.b.y"}, "p.b.z": {"p.a.w"}, "p.a.w": set(), "p.b.y": set(), "p.c": {"p.a.x"}}
+    assert import_graph.cycles(edges) == []
+    assert import_graph.package_graph(edges) == {"p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.a"}}
+    assert import_graph.cycles(import_graph.package_graph(edges)) == [["p.a", "p.b"]]
+
+
+#: The front ends, each in its own package.
+FRONT_ENDS = ("nbmemory.cli", "nbmemory.jupyter", "nbmemory.mcp", "nbmemory.server")
+# Lowest first, in the order the code already mostly followed: values < vectors < rows < chunks < ranking < facade < evaluation < front ends.
+LAYERS = (
+    # values, settings and process-wide helpers, standard library (or nearly) only
+    (
+        "nbmemory.errors",
+        "nbmemory.config",
+        "nbmemory.private",
+        "nbmemory.items",
+        "nbmemory.own_output",
+        "nbmemory.progress",
+        "nbmemory.long_lived",
+        "nbmemory.model_use",
+        "nbmemory.safety",
+        "nbmemory.runtime",
+        "nbmemory.charts",
+    ),
+    ("nbmemory.embed",),
+    ("nbmemory.store",),
+    ("nbmemory.ingest",),
+    ("nbmemory.search",),
+    # the facade's parts
+    (
+        "nbmemory.api",
+        "nbmemory.validate",
+        "nbmemory.executions",
+        "nbmemory.refine",
+        "nbmemory.active_model",
+        "nbmemory.team",
+        "nbmemory.tune",
+        "nbmemory.jobs",
+    ),
+    ("nbmemory.memory",),
+    # what opens a memory (in this process or shared) or acts through one
+    ("nbmemory.options", "nbmemory.remote", "nbmemory.live", "nbmemory.demo", "nbmemory.forget_source"),
+    ("nbmemory.eval",),
+    FRONT_ENDS,
+    # the package's own entry points (``load_ipython_extension``, the lazy public names)
+    ("nbmemory",),
+)
+
+
+def test_no_module_imports_from_a_higher_layer() -> None:
+    edges = import_graph.graph()
+    assert len(edges) > 100
+    assert import_graph.upward_imports(edges, LAYERS) == {}
+
+
+def test_the_layer_check_finds_an_upward_import_and_an_unplaced_unit() -> None:
+    edges = {"p.low.a": {"p.high"}, "p.high": {"p.low.b"}, "p.low.b": set()}
+    assert import_graph.upward_imports(edges, [("p.low",), ("p.high",)]) == {"p.low.a": ["p.high"]}
+    with pytest.raises(ValueError, match=r"p\.high"):
+        import_graph.upward_imports(edges, [("p.low",)])
+
+
+def test_the_sql_finder_finds_statements_and_calls(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "store").mkdir(parents=True)
+    (tmp_path / "pkg" / "store" / "rows.py").write_text("def n(db):\n    return db.scalar('SELECT 1')\n")
+    (tmp_path / "pkg" / "a.py").write_text(
+        "Q = 'SELECT id FROM chunks'\nNOTE = 'Select the rows you want'\n\n\ndef n(con):\n    return con.execute(Q)\n"
+    )
+    assert import_graph.sql_outside(root=tmp_path, package="pkg") == [
+        "pkg/a.py:1: 'SELECT id FROM chunks'",
+        "pkg/a.py:6: con.execute(...)",
+    ]
 
 
 def test_lower_layers_never_import_the_facade() -> None:
@@ -60,8 +149,6 @@ FACADE = (
     "nbmemory.options",
     "nbmemory.config",
 )
-#: The front ends, each in its own package.
-FRONT_ENDS = ("nbmemory.cli", "nbmemory.jupyter", "nbmemory.mcp", "nbmemory.server")
 #: What a front end may import: the facade (in one process or shared), its jobs, the option
 #: specs, the value types it hands out, and other front ends.
 FRONT_END_MAY_IMPORT = (
@@ -79,6 +166,9 @@ FRONT_END_MAY_IMPORT = (
     "nbmemory.own_output",
     "nbmemory.progress",
     "nbmemory.demo",
+    # Where processes sharing a memory publish their status; the offline chart renderer.
+    "nbmemory.runtime",
+    "nbmemory.charts",
     # Reads IPython's history.sqlite in the caller's process and writes through the facade.
     "nbmemory.ingest.history",
     # A query's words as the index reads them: refused before anything loads, the last one read
@@ -127,8 +217,7 @@ def test_nothing_below_the_front_ends_imports_one() -> None:
     offenders = {
         m: sorted(t for t in targets if _under(t, FRONT_ENDS))
         for m, targets in edges.items()
-        # The evaluation notebooks' helpers draw with the notebook's charts.
-        if not _under(m, (*FRONT_ENDS, "nbmemory.eval")) and m != "nbmemory"
+        if not _under(m, FRONT_ENDS) and m != "nbmemory"
     }
     assert {m: t for m, t in offenders.items() if t} == {}
 

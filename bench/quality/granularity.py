@@ -20,7 +20,7 @@ every sentence (about 5 windows per chunk here), ``tile`` cuts the text into dis
 The store is the one ``nbmemory eval notes`` builds (``Memory.index``, cached); window vectors
 go through the same vector cache. Scores by :func:`nbmemory.eval.notes.run_notes_config`
 (file level, ``pytrec_eval``). Writes ``--out`` (default ``bench/results/granularity-notes.json``).
-A one-off A/B kept because the README's "Passages" table and :mod:`nbmemory.ingest.windows` cite it.
+A one-off A/B kept because the README's "Passages" table and :mod:`nbmemory.store.windows` cite it.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.eval.cache import CachedEmbedder
 from nbmemory.eval.notes import _NAMESPACE, _dataset_name, load_queries, prepare_notes_store, run_notes_config
 from nbmemory.eval.report import to_markdown, write_json
-from nbmemory.ingest.windows import windows as slide
 from nbmemory.search import convex as convex_mod
 from nbmemory.search import vector as vector_mod
 from nbmemory.search.base import Query, Retrieved
 from nbmemory.search.filters import Filters
 from nbmemory.store import vectors
 from nbmemory.store.chunks import embedding_text
+from nbmemory.store.windows import windows as slide
 
 DEFAULT_OUT = RESULTS / "granularity-notes.json"
 #: Passages off: the windows measured here come from the patch below, the "chunks" rows have none
@@ -59,7 +59,7 @@ CONFIGS = {
 
 
 def windows(text: str, size: int, stride: str) -> list[str]:
-    """``slide``: one window per starting sentence (:func:`nbmemory.ingest.windows.windows`, what
+    """``slide``: one window per starting sentence (:func:`nbmemory.store.windows.windows`, what
     passages use); ``tile``: disjoint windows."""
     return slide(text, size, disjoint=stride == "tile")
 

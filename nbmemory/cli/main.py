@@ -691,7 +691,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 )
 def cmd_status(args: argparse.Namespace) -> int:
     from nbmemory.cli.watch import print_status
-    from nbmemory.live import watchers
+    from nbmemory.runtime import watchers
 
     with _memory(args) as mem:
         roots = mem.roots()

@@ -13,6 +13,7 @@ from typing import Any
 
 from nbmemory import live
 from nbmemory.errors import NbMemoryError
+from nbmemory.progress import refine_line
 
 
 def run_watch(mem: Any, folders: Sequence[str], namespace: str | None, scan: bool, quiet: bool) -> int:
@@ -61,15 +62,6 @@ def run_watch(mem: Any, folders: Sequence[str], namespace: str | None, scan: boo
         queue.wait_idle(timeout=30)
         queue.close()
     return 0
-
-
-def refine_line(refine: dict[str, int] | None) -> str:
-    """``Memory.stats()["refine"]`` in words: ``refining: 2,140 of 11,345 passages`` while the
-    background refiner works, else how many passages the memory holds."""
-    done, total = (refine or {}).get("done", 0), (refine or {}).get("total", 0)
-    if total > done:
-        return f"refining: {done:,} of {total:,} passages"
-    return f"passages: {total:,}, complete"
 
 
 def print_status(

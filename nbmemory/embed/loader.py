@@ -1,22 +1,18 @@
-"""The one place that decides which model a memory embeds with.
+"""Loading a model: by name or folder, or a tuned model's weights.
 
-Every caller that needs the model of a store (the facade, ``doctor``, tuning, evaluation) gets it
-here, so the active tuned version (``nbmemory models use``) is honoured everywhere.
+Which model a memory embeds with (its active tuned version, ``nbmemory models use``) is decided
+by :func:`nbmemory.active_model.load_for_store`, the one place every caller goes through.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nbmemory.embed.base import Embedder
-from nbmemory.errors import NotFoundError
-from nbmemory.store.db import Database
 
 if TYPE_CHECKING:
     from nbmemory.embed.sentence import SentenceTransformerEmbedder
-    from nbmemory.tune.versions import ModelVersion
 
 
 def load_model(model: str, device: str | None = None) -> Embedder:
@@ -45,36 +41,3 @@ def load_tuned(
     return SentenceTransformerEmbedder(
         str(folder), device=device, query_prefix=query_prefix, document_prefix=document_prefix
     )
-
-
-def load_for_store(
-    db: Database,
-    model: str,
-    device: str | None = None,
-    version: ModelVersion | None = None,
-    log: Callable[[str], None] | None = None,
-) -> Embedder:
-    """The model the memory in ``db`` embeds with, configured as ``model``.
-
-    With no ``version``, the active version is used while it descends from ``model`` (opening a
-    memory with another model re-embeds with that one instead). A given ``version`` is loaded
-    whatever it descends from. An active version whose weights are gone falls back to ``model``
-    (said through ``log``); a chosen one raises :class:`NotFoundError`.
-    """
-    from nbmemory.tune import versions
-
-    chosen = version if version is not None else versions.active(db)
-    if chosen is not None and chosen.path is not None:
-        base = chosen.base_model or model
-        if version is not None or base == model:
-            if chosen.path.is_dir():
-                return load_tuned(chosen.path, base, device)
-            if version is not None:
-                raise NotFoundError(
-                    f"model version {chosen.version} has no weights at {chosen.path} "
-                    "(refused versions keep only their scores): pick another with `nbmemory models`"
-                )
-            if log is not None:
-                log(f"model version {chosen.version} is missing ({chosen.path}): using {base}")
-            return load_model(model, device)
-    return load_model(chosen.model if chosen is not None and version is not None else model, device)

@@ -1,7 +1,7 @@
 """Helpers for the built-in evaluation notebooks: polars frames in, polars frames and Altair charts out.
 
 Nothing here displays anything: the notebooks decide what to show. Importing this module makes
-the notebooks' charts draw offline, as :mod:`nbmemory.jupyter.plots` does (:func:`use_offline_charts`).
+the notebooks' charts draw offline, as :mod:`nbmemory.jupyter.plots` does (:func:`nbmemory.charts.use_offline_charts`).
 
 * :func:`wins_losses` / :func:`wins_losses_chart`: per query, does the hybrid beat each single
   retriever?
@@ -34,8 +34,8 @@ import numpy as np
 import polars as pl
 
 from nbmemory import private
+from nbmemory.charts import use_offline_charts
 from nbmemory.eval.margins import wilson
-from nbmemory.jupyter.plots import use_offline_charts
 from nbmemory.search.reject import bundled_thresholds_path, load_thresholds, thresholds_path  # noqa: F401
 
 # The built-in notebooks draw their charts with no network (JupyterChart, JavaScript bundled locally).

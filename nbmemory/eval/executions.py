@@ -28,7 +28,7 @@ from typing import Any
 
 import pytrec_eval
 
-from nbmemory.eval.metrics import cut, rank_run
+from nbmemory.tune.metrics import cut, rank_run
 
 #: Results scored per question.
 K = 10

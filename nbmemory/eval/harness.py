@@ -18,7 +18,7 @@ search returns chunks, and a document takes the rank of its first chunk.
 Retrieval runs ``Memory.search(query, k, config=PipelineConfig(...), log=False)`` per query and
 times it end to end (query embedding included; the vector stage's own ``embed_ms`` is kept
 apart), after one untimed pass over all queries that loads the store's pages. Metrics come from
-:mod:`nbmemory.eval.metrics` (``pytrec_eval``).
+:mod:`nbmemory.tune.metrics` (``pytrec_eval``).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
 from nbmemory.eval.beir import BeirDataset, load
 from nbmemory.eval.cache import CachedEmbedder, StoreInfo, cached_store
-from nbmemory.eval.metrics import evaluate, rank_run
 from nbmemory.ingest.chunking import MAX_CHARS, chunk_text
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
+from nbmemory.tune.metrics import evaluate, rank_run
 
 if TYPE_CHECKING:
     import polars as pl

@@ -49,10 +49,10 @@ from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
 from nbmemory.eval.cache import CachedEmbedder, StoreInfo, cached_store
 from nbmemory.eval.harness import make_embedder, resolve_configs
-from nbmemory.eval.metrics import rank_run
 from nbmemory.ingest.indexer import walk
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
+from nbmemory.tune.metrics import rank_run
 
 if TYPE_CHECKING:
     import polars as pl

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from nbmemory.eval.metrics import METRICS
+from nbmemory.tune.metrics import METRICS
 
 if TYPE_CHECKING:
     from nbmemory.eval.harness import BeirResult

@@ -21,7 +21,7 @@ from nbmemory.ingest.notebook import chunk_notebook
 from nbmemory.ingest.pdf import chunk_pdf
 from nbmemory.ingest.text import chunk_plain
 from nbmemory.ingest.types import ChunkDraft
-from nbmemory.search.filters import KINDS
+from nbmemory.items import KINDS
 
 __all__ = [
     "BINARY_KINDS",

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nbmemory.own_output import calls_magic, is_rendered, mimebundle, without_printed, without_setup
-from nbmemory.remote.paths import publish, status_folder
+from nbmemory.runtime import publish, status_folder
 
 __all__ = ["CaptureNotice", "CellCapture"]
 

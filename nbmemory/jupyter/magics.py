@@ -75,7 +75,7 @@ from nbmemory.options import (
     tune_options,
 )
 from nbmemory.progress import index_bar
-from nbmemory.remote.paths import published
+from nbmemory.runtime import published
 
 if TYPE_CHECKING:
     from nbmemory.api import SearchResult
@@ -773,8 +773,8 @@ class MemoryMagics(Magics):
         if args.json:
             print(json.dumps(stats, indent=2, default=str))
             return
-        from nbmemory.cli.watch import refine_line
         from nbmemory.jupyter.display import StatsView
+        from nbmemory.progress import refine_line
 
         if "refine" in stats:
             # "refining: 2,140 of 11,345 passages" while the background refiner works.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import polars as pl
 
+from nbmemory.charts import EMBED_OPTIONS, use_offline_charts
 from nbmemory.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -38,22 +39,8 @@ __all__ = [
 ]
 
 RETRIEVERS = ("bm25", "vector")
-EMBED_OPTIONS = {"renderer": "svg"}
 WIDTH = 360
 HEIGHT = 300
-
-
-def use_offline_charts() -> None:
-    """Draw Altair charts as interactive ``JupyterChart`` widgets with no network access.
-
-    Altair's default renderer writes HTML that loads vega from a CDN: offline the output is empty.
-    The ``jupyter`` renderer in offline mode draws the chart in an anywidget whose JavaScript
-    vl-convert bundles locally, in JupyterLab and classic Notebook alike. A renderer the user
-    enabled (``alt.renderers.enable("svg")``, ...) is left as it is.
-    """
-    if alt.renderers.active == "default":
-        # SVG in the page (vega-embed's default is a canvas): sharp when zoomed, marks in the DOM.
-        alt.renderers.enable("jupyter", offline=True, embed_options=EMBED_OPTIONS)
 
 
 def chart_widget(chart: alt.TopLevelMixin | None = None) -> alt.JupyterChart:
@@ -389,7 +376,9 @@ def contribution(result: SearchResult) -> alt.Chart:
     frame = contribution_frame(result)
     labels = frame["item"].unique(maintain_order=True).to_list()
     present = frame["part"].unique(maintain_order=True).to_list()
-    order = [p for p in PART_LABELS.values() if p in present] + [p for p in present if p not in PART_LABELS.values()]
+    order = [p for p in PART_LABELS.values() if p in present] + [
+        p for p in present if p not in PART_LABELS.values()
+    ]
     weights: dict[str, float] = dict(fused.notes.get("weights", {}))
     if fused.name == "convex" and weights:
         how = f"{weights.get('bm25', 0):g} x BM25 share + {weights.get('vector', 0):g} x cosine"

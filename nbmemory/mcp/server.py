@@ -5,6 +5,7 @@ bearer token (:mod:`nbmemory.mcp.auth`)."""
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -101,7 +102,6 @@ def descriptions(policy: Policy) -> dict[str, str]:
 
 def build_server(tools: MemoryTools) -> MCPServer:
     """The MCP server offering ``tools`` (not started)."""
-    import nbmemory
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: Any) -> AsyncIterator[None]:
@@ -115,7 +115,8 @@ def build_server(tools: MemoryTools) -> MCPServer:
         "nbmemory",
         title="nbmemory",
         instructions=INSTRUCTIONS.format(policy=policy.describe()),
-        version=nbmemory.__version__,
+        # nbmemory.__version__ as installed: a front end never imports the package's entry points.
+        version=importlib.metadata.version("nbmemory"),
         log_level="WARNING",
         lifespan=lifespan,
     )

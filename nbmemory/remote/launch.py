@@ -27,7 +27,7 @@ from nbmemory.config import Settings, memory_paths
 from nbmemory.errors import NbMemoryError
 from nbmemory.remote import wire
 from nbmemory.remote.owner import endpoint, try_connect
-from nbmemory.remote.paths import alive
+from nbmemory.runtime import alive
 
 # The program a background owner runs; the arguments of :func:`owner_argv` follow it.
 OWNER_PROGRAM = [sys.executable, "-m", "nbmemory.remote.daemon"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from nbmemory import private
 from nbmemory.remote import wire
-from nbmemory.remote.paths import endpoint
+from nbmemory.runtime import endpoint
 
 # Who serves a memory, as ``ping`` reports it: a CLI's background owner, ``nbmemory serve`` in a
 # terminal, or any other process that opened it (a kernel, the Jupyter server, a script).

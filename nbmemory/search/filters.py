@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nbmemory.errors import ConfigError
+from nbmemory.items import KINDS
 
-KINDS = ("markdown", "notebook", "code", "text", "html", "pdf", "docx", "memory", "execution", "chat")
 _RELATIVE = re.compile(r"^\s*(\d+)\s*([mhdwy])\s*$")
 _UNITS = {
     "m": timedelta(minutes=1),

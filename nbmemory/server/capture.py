@@ -10,7 +10,7 @@ that is not IPython's is never touched. It is off unless ``c.NbMemory.capture_ke
 which inherit it.
 
 Which kernels capture, this server's or not, is what they publish beside the memory
-(:func:`nbmemory.remote.paths.published`): the sidebar lists them.
+(:func:`nbmemory.runtime.published`): the sidebar lists them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nbmemory.config import capture_enabled
-from nbmemory.remote.paths import published
+from nbmemory.runtime import published
 
 __all__ = ["KernelCapture", "capturing_kernels"]
 

@@ -478,7 +478,7 @@ class LiveHandler(MemoryHandler):
 
     @tornado.web.authenticated
     async def get(self) -> None:
-        from nbmemory.live import watchers
+        from nbmemory.runtime import watchers
 
         queue = self.state.live
 

@@ -1,4 +1,4 @@
-"""Passage vectors: one per window of a prose chunk (:mod:`nbmemory.ingest.windows`), per model.
+"""Passage vectors: one per window of a prose chunk (:mod:`nbmemory.store.windows`), per model.
 
 With ``NBMEMORY_PASSAGE_METHOD=late``, an embedder that can pool spans of one forward pass
 (``embed_with_spans``, the bundled sentence-transformers backend) gives each window the mean of
@@ -33,10 +33,10 @@ import pyarrow.compute as pc
 
 from nbmemory.embed.base import Embedder
 from nbmemory.errors import ConfigError
-from nbmemory.ingest.windows import KINDS, WINDOW_CHARS, window_spans, windows
 from nbmemory.store.chunks import embedding_text
 from nbmemory.store.db import Database
 from nbmemory.store.vectors import cosine64
+from nbmemory.store.windows import KINDS, WINDOW_CHARS, window_spans, windows
 
 #: (content hash, heading, text, kind) of a chunk.
 Content = tuple[str, str, str, str]

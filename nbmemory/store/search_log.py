@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from nbmemory.ingest.redact import redact
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store.db import Database, utcnow
 
@@ -49,8 +49,10 @@ class SearchLog:
     it ends once the buffer is written, so an idle memory holds no thread.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, redact: Callable[[str], str]) -> None:
         self.db = db
+        #: A query as it is stored: with its secrets masked (the facade passes ingest's redaction).
+        self.redact = redact
         self._pending: list[_Entry] = []
         self._rows_since_prune = 0
         # Guards the buffer and the writer's timers; _flushing makes a flush whole (a flush
@@ -158,7 +160,7 @@ class SearchLog:
             self.db.con.executemany(
                 "INSERT INTO search_log VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
-                    [log_id, at, redact(query).text, *rest]
+                    [log_id, at, self.redact(query), *rest]
                     for log_id, (at, query, *rest) in zip(log_ids, pending, strict=True)
                 ],
             )

@@ -1,6 +1,6 @@
 """The adoption gate: a tuned model replaces the current one only on a real gain.
 
-The gate compares per-query NDCG@10 (``pytrec_eval``, through :mod:`nbmemory.eval.metrics`)
+The gate compares per-query NDCG@10 (``pytrec_eval``, through :mod:`nbmemory.tune.metrics`)
 of the current model and the candidate on queries neither was trained on:
 
 * on BEIR, the dataset's judged test queries (never used for mining);
@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nbmemory.eval.metrics import evaluate, rank_run
 from nbmemory.search.rrf import rrf
 
 if TYPE_CHECKING:
@@ -225,6 +224,9 @@ def memory_runs(
         ``qrels`` (source item relevant) and ``{model: {"default"|"vector": per_query}}``.
     """
     from nbmemory.store import fts
+
+    # pytrec_eval only once a candidate is judged: opening a memory or searching never loads it.
+    from nbmemory.tune.metrics import evaluate, rank_run
     from nbmemory.tune.mine import embed_queries
 
     qrels = {f"q{n}": {str(q.source_id): 1} for n, q in enumerate(queries) if q.source_id is not None}

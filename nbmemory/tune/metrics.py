@@ -4,6 +4,8 @@ Runs and qrels use the ``{query_id: {doc_id: score}}`` shape that trec_eval-styl
 trec_eval orders a query's documents by score and breaks ties by document id, so a run whose
 scores tie would be evaluated in an order the system never showed; :func:`rank_run` turns a
 ranked list into scores that keep its order exactly.
+They live with tuning, below evaluation: the adoption gate (:mod:`nbmemory.tune.gate`) scores with
+them, and the evaluation reads them from here.
 """
 
 from __future__ import annotations

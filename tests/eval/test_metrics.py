@@ -9,7 +9,7 @@ import pytest
 
 from nbmemory.errors import ConfigError, NotFoundError
 from nbmemory.eval.beir import load, read_qrels
-from nbmemory.eval.metrics import cut, evaluate, rank_run
+from nbmemory.tune.metrics import cut, evaluate, rank_run
 
 QRELS = {"q1": {"d1": 1, "d3": 2, "d9": 0}, "q2": {"d2": 1}, "q3": {"d7": 1}}
 RANKED = {

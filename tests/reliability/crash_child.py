@@ -194,7 +194,7 @@ class Child:
         return f"{token} {words}{extra}"
 
     def prose(self, token: str) -> str:
-        """Several sentences, well past one passage window (``ingest.windows.WINDOW_CHARS``)."""
+        """Several sentences, well past one passage window (``store.windows.WINDOW_CHARS``)."""
         sentences = [
             " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(8, 16))).capitalize() + "."
             for _ in range(self.rng.randint(8, 14))

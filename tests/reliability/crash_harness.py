@@ -577,9 +577,9 @@ class Verifier:
 
     def queue_status(self) -> None:
         """A killed queue's status file names no live watcher."""
-        from nbmemory import live
+        from nbmemory import runtime
 
-        alive = [w for w in live.watchers(self.store.path) if w.get("pid") != os.getpid()]
+        alive = [w for w in runtime.watchers(self.store.path) if w.get("pid") != os.getpid()]
         if alive:
             self.fail(f"a killed change queue is still reported as watching: {alive}")
 

@@ -12,10 +12,10 @@ import pytest
 
 from nbmemory import Memory, PipelineConfig
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
-from nbmemory.ingest.windows import WINDOW_CHARS, pieces, windows
 from nbmemory.store import passages
 from nbmemory.store.db import Database
 from nbmemory.store.migrations import SCHEMA_VERSION
+from nbmemory.store.windows import WINDOW_CHARS, pieces, windows
 
 WEEK = """# Platform week
 
@@ -231,7 +231,9 @@ def test_the_best_window_is_the_float64_best_of_every_window() -> None:
         m = rng.standard_normal((1 + n % 9, 384)).astype(np.float32)
         if n % 3 == 0:  # a window a hair from the best one: which wins is float64's call
             top = int(np.argmax(cosine64(m, q)))
-            m = np.concatenate([m, m[top : top + 1] + np.float32(1e-7) * rng.standard_normal((1, 384)).astype(np.float32)])
+            m = np.concatenate(
+                [m, m[top : top + 1] + np.float32(1e-7) * rng.standard_normal((1, 384)).astype(np.float32)]
+            )
         if n % 5 == 0:
             m = np.concatenate([m, m[:1]])  # an exact copy
         if n % 7 == 0:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nbmemory import Memory
-from nbmemory.embed.loader import load_for_store
+from nbmemory.active_model import load_for_store
 from nbmemory.embed.sentence import SentenceTransformerEmbedder, bundled_model_path
 from nbmemory.tune import versions
 

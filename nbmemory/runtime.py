@@ -1,8 +1,9 @@
 """Where the processes sharing a memory meet: a private runtime folder and, per memory file, the
 owner's socket and key (:mod:`nbmemory.remote.owner`) and the status files that processes
 working on the memory publish while they run (the live indexers, :mod:`nbmemory.live`; the
-kernels that capture their cells, :mod:`nbmemory.jupyter.capture`). Standard library only (and :mod:`nbmemory.private`), so any module can
-import it."""
+kernels that capture their cells, :mod:`nbmemory.jupyter.capture`), and what the live indexers
+say in them (:func:`summary`, for ``stats()``). Standard library only (and :mod:`nbmemory.private`),
+so any module can import it, the facade included."""
 
 from __future__ import annotations
 
@@ -91,3 +92,25 @@ def published(db_path: str | os.PathLike[str], what: str) -> list[dict[str, Any]
             continue
         found.append(data)
     return found
+
+
+# -- what every live indexer of a memory is doing ----------------------------------------------
+def watchers(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The status of every live indexer of ``db_path`` that runs (:meth:`nbmemory.live.ChangeQueue.status`)."""
+    return published(db_path, "live")
+
+
+def summary(db_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The live indexers of ``db_path`` in a few fields, for ``stats()``: who watches, what is
+    pending or being indexed, the last batch, and the latest failures (file and reason)."""
+    running = watchers(db_path)
+    batches = [w["last_batch"] for w in running if w.get("last_batch")]
+    last = max(batches, key=lambda b: b["at"]) if batches else None
+    failures = sorted((f for w in running for f in w.get("failures", [])), key=lambda f: f["at"])
+    return {
+        "watchers": [f"{w['source']} (pid {w['pid']}, {len(w['roots'])} roots)" for w in running],
+        "pending": sum(w.get("pending", 0) for w in running),
+        "indexing": sum(w.get("indexing", 0) for w in running),
+        "last_batch": last["line"] if last else None,
+        "failures": [f"{f['path']}: {f['reason']}" for f in failures[-5:]],
+    }
