@@ -32,6 +32,10 @@ def test_no_module_reads_another_objects_private_attributes() -> None:
     assert import_graph.private_accesses() == []
 
 
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert import_graph.private_imports() == []
+
+
 def test_the_private_import_finder_finds_one(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "a.py").write_text("from pkg.b import _hidden, shown\nfrom .b import __all__\n")

@@ -12,7 +12,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from nbmemory.jobs import IndexJob
-from nbmemory.jupyter.magic_lines import _as_usage_errors
+from nbmemory.jupyter.magic_lines import as_usage_errors
 
 if TYPE_CHECKING:
     from nbmemory.api import IndexReport
@@ -52,7 +52,7 @@ class WidgetIndexJob(IndexJob):
 
     def run(self, memory: Any) -> IndexReport | None:
         """Index in the calling thread (:meth:`IndexJob.run`), a user's mistake as a UsageError."""
-        with _as_usage_errors():
+        with as_usage_errors():
             return super().run(memory)
 
     def _line(self, text: str) -> str:

@@ -10,7 +10,7 @@ silences the output is not part of the query. ``%remember`` takes its options fi
 of the line, verbatim, as its text.
 
 Here too: the option specs the searching magics share, the checks on ``-k`` and on queries that
-are empty or hold no word (``?!...``), and :func:`_as_usage_errors`, which shows nbmemory's
+are empty or hold no word (``?!...``), and :func:`as_usage_errors`, which shows nbmemory's
 errors as a message, not a traceback.
 """
 
@@ -37,7 +37,7 @@ _LEADING_OPTION = re.compile(
 
 
 @contextmanager
-def _as_usage_errors() -> Iterator[None]:
+def as_usage_errors() -> Iterator[None]:
     """Turn nbmemory's own errors into UsageErrors: IPython shows the message, not a traceback."""
     try:
         yield
@@ -45,7 +45,7 @@ def _as_usage_errors() -> Iterator[None]:
         raise UsageError(str(exc)) from exc
 
 
-def _parse(magic: Callable[..., Any], line: str) -> Any:
+def parse_line(magic: Callable[..., Any], line: str) -> Any:
     """``parse_argstring``, forgiving unbalanced apostrophes in words like ``don't``."""
     try:
         return _unquote(parse_argstring(magic, line))
@@ -73,13 +73,13 @@ def _unquote(args: Any) -> Any:
     return args
 
 
-def _without_semicolon(line: str) -> str:
+def without_semicolon(line: str) -> str:
     """The line without the trailing ``;`` that silences the output (IPython passes it on)."""
     stripped = line.rstrip()
     return stripped[:-1] if stripped.endswith(";") else line
 
 
-def _split_leading_options(line: str) -> tuple[str, str]:
+def split_leading_options(line: str) -> tuple[str, str]:
     """``"--tag ops Some text"`` -> ``("--tag ops", "Some text")``; the text is kept verbatim."""
     pos = 0
     while True:
@@ -95,19 +95,19 @@ def _split_leading_options(line: str) -> tuple[str, str]:
 
 # The search filters every searching magic takes, as one argument group.
 _FILTERS = filter_options(namespace_default="MemoryMagics.namespace, else all")
-_filter_arguments = magic_options(*_FILTERS, group="filters")
-_K = Option("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
-_EXPLAIN = Option("--explain", action="store_true", help="also show the ranking trace, stage by stage")
-_JSON = Option("--json", action="store_true", help="print the hits as JSON instead of a table")
-_BUDGET = Option(
+filter_arguments = magic_options(*_FILTERS, group="filters")
+K = Option("-k", type=int, default=None, help="number of hits (default: MemoryMagics.top_k)")
+EXPLAIN = Option("--explain", action="store_true", help="also show the ranking trace, stage by stage")
+JSON = Option("--json", action="store_true", help="print the hits as JSON instead of a table")
+BUDGET = Option(
     "--budget", type=int, default=None, help="most tokens the block may take (default: MemoryMagics.context_budget)"
 )
-_CONTEXT_K = Option("-k", type=int, default=None, help="hits considered (default: MemoryMagics.top_k)")
-_START_NS = Option("--ns", help="start with this namespace selected")
-_START_KIND = Option("--kind", action="append", choices=KINDS, help="start with this kind selected (repeatable)")
-_SEARCH_OPTIONS = (_K, *_FILTERS, RETRIEVERS, CHUNKS, _EXPLAIN, _JSON)
-_CONTEXT_OPTIONS = (_BUDGET, _CONTEXT_K, *_FILTERS)
-_QUERY_HELP = (
+CONTEXT_K = Option("-k", type=int, default=None, help="hits considered (default: MemoryMagics.top_k)")
+START_NS = Option("--ns", help="start with this namespace selected")
+START_KIND = Option("--kind", action="append", choices=KINDS, help="start with this kind selected (repeatable)")
+SEARCH_OPTIONS = (K, *_FILTERS, RETRIEVERS, CHUNKS, EXPLAIN, JSON)
+CONTEXT_OPTIONS = (BUDGET, CONTEXT_K, *_FILTERS)
+QUERY_HELP = (
     "words to search for, the rest of the line verbatim (quotes optional): a pasted command with "
     "its flags is searched as it is; options nbmemory knows are taken wherever they stand, and "
     "after a -- that comes before the query everything is the query"
@@ -143,7 +143,7 @@ def _strip_quotes(text: str) -> str:
     return text
 
 
-def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Option]) -> Any:
+def parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Option]) -> Any:
     """A query magic's line: the options of ``options`` wherever they stand (and before ``--``),
     the rest of the line, verbatim, as ``args.query`` (a string).
 
@@ -197,29 +197,29 @@ def _parse_query_line(magic: Callable[..., Any], line: str, options: Iterable[Op
     return args
 
 
-def _k(value: int | None, default: int) -> int:
-    with _as_usage_errors():
+def checked_k(value: int | None, default: int) -> int:
+    with as_usage_errors():
         return check_k(value, default)
 
 
-def _ids_line(ids: list[int], most: int = 20) -> str:
+def ids_line(ids: list[int], most: int = 20) -> str:
     """``12, 13, 14``; past ``most`` ids, ``... and 480 more``."""
     more = f" and {len(ids) - most} more" if len(ids) > most else ""
     return ", ".join(map(str, ids[:most])) + more
 
 
-def _words(words: list[str] | str, what: str, example: str) -> str:
+def joined_words(words: list[str] | str, what: str, example: str) -> str:
     """The words given, as one string; a UsageError when there are none, or (for a query) when
     they hold nothing to search for (no letter or digit)."""
     text = (words if isinstance(words, str) else " ".join(words)).strip()
     if not text:
         raise UsageError(f"no {what} given: try {example}")
     if what == "query":
-        with _as_usage_errors():
+        with as_usage_errors():
             require_words(text)
     return text
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     """``1 hit``, ``3 hits``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -43,26 +43,26 @@ from nbmemory.jupyter.capture import CaptureNotice, CellCapture
 from nbmemory.jupyter.display import SearchHits
 from nbmemory.jupyter.index_widget import WidgetIndexJob
 from nbmemory.jupyter.magic_lines import (
-    _BUDGET,
-    _CONTEXT_K,
-    _CONTEXT_OPTIONS,
-    _EXPLAIN,
-    _JSON,
-    _K,
-    _QUERY_HELP,
-    _SEARCH_OPTIONS,
-    _START_KIND,
-    _START_NS,
-    _as_usage_errors,
-    _filter_arguments,
-    _ids_line,
-    _k,
-    _parse,
-    _parse_query_line,
-    _plural,
-    _split_leading_options,
-    _without_semicolon,
-    _words,
+    BUDGET,
+    CONTEXT_K,
+    CONTEXT_OPTIONS,
+    EXPLAIN,
+    JSON,
+    QUERY_HELP,
+    SEARCH_OPTIONS,
+    START_KIND,
+    START_NS,
+    K,
+    as_usage_errors,
+    checked_k,
+    filter_arguments,
+    ids_line,
+    joined_words,
+    parse_line,
+    parse_query_line,
+    plural,
+    split_leading_options,
+    without_semicolon,
 )
 from nbmemory.options import (
     CHUNKS,
@@ -174,7 +174,7 @@ class MemoryMagics(Magics):
                     # server / another kernel / a CLI run that owns it; never a lock error.
                     from nbmemory.remote import connect
 
-                    with _as_usage_errors():
+                    with as_usage_errors():
                         memory = connect(self.db, home=self.home or None, model=self.model)
                     self._memory, self._owns_memory = memory, True
         return self._memory
@@ -236,7 +236,7 @@ class MemoryMagics(Magics):
     def _search_arguments(self, query: str, args: Any) -> dict[str, Any]:
         """What a searching magic's line asks :meth:`~nbmemory.Memory.search` for, checked."""
         values = {**vars(args), "ns": args.ns or self.namespace}
-        with _as_usage_errors():
+        with as_usage_errors():
             return search_arguments(query, values, default_k=self.top_k, rrf_k=self.memory.settings.rrf_k)
 
     def _links(self) -> Links:
@@ -257,11 +257,11 @@ class MemoryMagics(Magics):
 
     # -- search -----------------------------------------------------------------------------
     @magic_arguments()
-    @argument("query", nargs="*", help=_QUERY_HELP)
-    @magic_options(_K)
-    @_filter_arguments
+    @argument("query", nargs="*", help=QUERY_HELP)
+    @magic_options(K)
+    @filter_arguments
     @argument_group("output")
-    @magic_options(RETRIEVERS, CHUNKS, _EXPLAIN, _JSON)
+    @magic_options(RETRIEVERS, CHUNKS, EXPLAIN, JSON)
     @output_can_be_silenced
     @line_magic
     @no_var_expand
@@ -286,17 +286,17 @@ class MemoryMagics(Magics):
         its flags, and only the options above count as options (all of them after ``--`` are
         the query too).
         """
-        args = _parse_query_line(self.memsearch, _without_semicolon(line), _SEARCH_OPTIONS)
-        query = _words(args.query, "query", "%memsearch token rotation -k 5")
+        args = parse_query_line(self.memsearch, without_semicolon(line), SEARCH_OPTIONS)
+        query = joined_words(args.query, "query", "%memsearch token rotation -k 5")
         arguments = self._search_arguments(query, args)
-        with _as_usage_errors():
+        with as_usage_errors():
             result = self.memory.search(query, **arguments)
         self.last_result = result
         if args.json:
             payload = search_payload(result, trace=args.explain)
             print(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
             return None
-        title = f"{_plural(len(result.hits), 'hit')} for {query!r}"
+        title = f"{plural(len(result.hits), 'hit')} for {query!r}"
         if result.rejected:
             # The closest few are shown folded under it (SearchHits): none of them is an answer.
             title = f"{result.reason} for {query!r}"
@@ -318,18 +318,18 @@ class MemoryMagics(Magics):
 
             %memrelated 42 -k 5
         """
-        args = _parse(self.memrelated, _without_semicolon(line))
+        args = parse_line(self.memrelated, without_semicolon(line))
         from nbmemory.api import SearchResult, Trace
 
-        with _as_usage_errors():
-            hits = self.memory.related(args.id, k=_k(args.k, self.top_k), namespace=args.ns or self.namespace)
+        with as_usage_errors():
+            hits = self.memory.related(args.id, k=checked_k(args.k, self.top_k), namespace=args.ns or self.namespace)
         result = SearchResult(f"related to #{args.id}", hits, Trace(f"related to #{args.id}"))
-        return SearchHits(result, f"{_plural(len(hits), 'item')} related to #{args.id}", links=self._links())
+        return SearchHits(result, f"{plural(len(hits), 'item')} related to #{args.id}", links=self._links())
 
     @magic_arguments()
-    @argument("query", nargs="*", help="what the prompt is about: " + _QUERY_HELP.split(", ", 1)[0])
-    @magic_options(_BUDGET, _CONTEXT_K)
-    @_filter_arguments
+    @argument("query", nargs="*", help="what the prompt is about: " + QUERY_HELP.split(", ", 1)[0])
+    @magic_options(BUDGET, CONTEXT_K)
+    @filter_arguments
     @line_magic
     @no_var_expand
     def memcontext(self, line: str) -> Any:
@@ -345,15 +345,15 @@ class MemoryMagics(Magics):
 
             ctx = %memcontext how do I deploy --budget 800
         """
-        args = _parse_query_line(self.memcontext, line, _CONTEXT_OPTIONS)
-        query = _words(args.query, "query", '%memcontext "how do I deploy" --budget 800')
+        args = parse_query_line(self.memcontext, line, CONTEXT_OPTIONS)
+        query = joined_words(args.query, "query", '%memcontext "how do I deploy" --budget 800')
         budget = args.budget if args.budget is not None else self.context_budget
         if budget <= 0:
             raise UsageError(f"--budget must be a positive number of tokens, got {budget}")
         from nbmemory.safety import build_context
 
         arguments = self._search_arguments(query, args)
-        with _as_usage_errors():
+        with as_usage_errors():
             result = self.memory.search(query, **arguments)
         # Nothing confident to put in a prompt: an empty block that says why.
         return build_context(
@@ -387,10 +387,10 @@ class MemoryMagics(Magics):
             %remember --speaker Caroline --at 2023-05-08T13:56 --conversation s1 I went to the group
         """
         if cell is None:
-            options, text = _split_leading_options(line)
-            args = _parse(self.remember, options)
+            options, text = split_leading_options(line)
+            args = parse_line(self.remember, options)
         else:
-            args = _parse(self.remember, line)
+            args = parse_line(self.remember, line)
             if args.text:
                 raise UsageError(
                     "with %%remember the cell body is the text: put only options on the first line"
@@ -401,7 +401,7 @@ class MemoryMagics(Magics):
                 "nothing to remember: write the text after the options (%remember --tag ops Deploys "
                 "need the VPN on) or in the cell body (%%remember)"
             )
-        with _as_usage_errors():
+        with as_usage_errors():
             item = self.memory.remember(
                 text,
                 tags=args.tag or (),
@@ -443,7 +443,7 @@ class MemoryMagics(Magics):
             %memforget --undo
             %memforget --undo 42
         """
-        args = _parse(self.memforget, line)
+        args = parse_line(self.memforget, line)
         if args.undo:
             self._restore(args)
             return
@@ -453,19 +453,19 @@ class MemoryMagics(Magics):
                 "give exactly one of: item ids, --query TEXT, or --path FILE (e.g. %memforget 42)"
             )
         query = " ".join(args.query) if args.query else None
-        with _as_usage_errors():
+        with as_usage_errors():
             if query and not args.yes:
-                result = self.memory.search(query, k=_k(args.k, 1), namespace=args.ns, log=False)
+                result = self.memory.search(query, k=checked_k(args.k, 1), namespace=args.ns, log=False)
                 display(
                     self._hit_table(result, f"would forget {len(result.hits)} item(s): add --yes to forget")
                 )
                 return
             ids = self.memory.forget(
-                args.ids or None, query=query, k=_k(args.k, 1), path=args.path, namespace=args.ns
+                args.ids or None, query=query, k=checked_k(args.k, 1), path=args.path, namespace=args.ns
             )
         if ids:
             self.forgotten = list(ids)
-        print(f"forgot {len(ids)} item(s)" + (f": {_ids_line(ids)} (undo: %memforget --undo)" if ids else ""))
+        print(f"forgot {len(ids)} item(s)" + (f": {ids_line(ids)} (undo: %memforget --undo)" if ids else ""))
 
     def _restore(self, args: Any) -> None:
         if args.query or args.path or args.yes:
@@ -477,11 +477,11 @@ class MemoryMagics(Magics):
             raise UsageError(
                 "nothing to undo: no %memforget ran in this kernel; give the ids (%memforget --undo 42)"
             )
-        with _as_usage_errors():
+        with as_usage_errors():
             restored = self.memory.restore(ids)
         if not args.ids:
             self.forgotten = []
-        shown = f": {_ids_line(restored)}" if restored else " (none of them was forgotten)"
+        shown = f": {ids_line(restored)}" if restored else " (none of them was forgotten)"
         print(f"restored {len(restored)} item(s){shown}")
 
     @magic_arguments()
@@ -499,13 +499,13 @@ class MemoryMagics(Magics):
 
             %memupdate 42 --importance 0.9 --pin
         """
-        args = _parse(self.memupdate, line)
+        args = parse_line(self.memupdate, line)
         if args.pin and args.unpin:
             raise UsageError("give --pin or --unpin, not both")
         pinned = True if args.pin else (False if args.unpin else None)
         if args.text is None and args.tag is None and args.importance is None and pinned is None:
             raise UsageError("nothing to change: give --text, --tag, --importance, --pin or --unpin")
-        with _as_usage_errors():
+        with as_usage_errors():
             item = self.memory.update(
                 args.id, text=args.text, tags=args.tag, importance=args.importance, pinned=pinned
             )
@@ -528,8 +528,8 @@ class MemoryMagics(Magics):
 
             %memlink 42 17 --type supersedes --note "new subnet"
         """
-        args = _parse(self.memlink, line)
-        with _as_usage_errors():
+        args = parse_line(self.memlink, line)
+        with as_usage_errors():
             self.memory.link(args.src, args.dst, args.type, note=args.note)
         print(f"linked #{args.src} -[{args.type}]-> #{args.dst}")
 
@@ -557,7 +557,7 @@ class MemoryMagics(Magics):
             %memindex ~/notes ~/projects --ns work
             %memindex
         """
-        args = _parse(self.memindex, line)
+        args = parse_line(self.memindex, line)
         if self.index_job is not None and not self.index_job.done:
             raise UsageError("an index run is still going: wait for it or press its Cancel button")
         paths = [str(Path(p).expanduser()) for p in args.paths]
@@ -656,8 +656,8 @@ class MemoryMagics(Magics):
             report = %memtune --epochs 1
             job = %memtune --background
         """
-        args = _parse(self.memtune, line)
-        with _as_usage_errors():
+        args = parse_line(self.memtune, line)
+        with as_usage_errors():
             running = self.tune_job
             if running is not None and not running.done:
                 raise UsageError(f"a tuning run is already going on ({running.status()}): wait for it")
@@ -732,8 +732,8 @@ class MemoryMagics(Magics):
 
             %memget 42
         """
-        args = _parse(self.memget, line)
-        with _as_usage_errors():
+        args = parse_line(self.memget, line)
+        with as_usage_errors():
             item = self.memory.get(args.id)
         if args.json:
             from dataclasses import asdict
@@ -756,8 +756,8 @@ class MemoryMagics(Magics):
 
             %memstats
         """
-        args = _parse(self.memstats, line)
-        with _as_usage_errors():
+        args = parse_line(self.memstats, line)
+        with as_usage_errors():
             stats = self.memory.stats()
         stats["capture"] = self.cell_capture.status()
         others = [k for k in published(self.memory.path, "capture") if k.get("pid") != os.getpid()]
@@ -796,12 +796,12 @@ class MemoryMagics(Magics):
             %memimport ipython-history
             %memimport ipython-history ~/.ipython/profile_work/history.sqlite
         """
-        args = _parse(self.memimport, line)
+        args = parse_line(self.memimport, line)
         from nbmemory.ingest.history import import_ipython_history
 
         hist_file = getattr(getattr(self.shell, "history_manager", None), "hist_file", None)
         path = args.path or (str(hist_file) if hist_file and str(hist_file) != ":memory:" else None)
-        with _as_usage_errors():
+        with as_usage_errors():
             done = import_ipython_history(self.memory, path, namespace=args.ns or self.namespace)
         print(done.summary())
 
@@ -839,7 +839,7 @@ class MemoryMagics(Magics):
             %memcapture forget --this --since 2h
             %memcapture forget --notebook ~/work/scratch.ipynb
         """
-        args = _parse(self.memcapture, line)
+        args = parse_line(self.memcapture, line)
         narrowed = args.notebook or args.this or args.since or args.until or args.all
         if args.action != "forget" and narrowed:
             raise UsageError(
@@ -874,20 +874,20 @@ class MemoryMagics(Magics):
                 raise UsageError("this kernel's notebook is unknown: give --notebook PATH")
             path = str(found)
         self.cell_capture.flush()  # a cell already run is written before it is forgotten
-        with _as_usage_errors():
+        with as_usage_errors():
             ids = self.memory.forget(
                 kind="execution", path=path, since=args.since, until=args.until, namespace=self.namespace
             )
         if ids:
             self.forgotten = list(ids)
         print(
-            f"forgot {_plural(len(ids), 'captured run')}"
-            + (f": {_ids_line(ids)} (undo: %memforget --undo)" if ids else "")
+            f"forgot {plural(len(ids), 'captured run')}"
+            + (f": {ids_line(ids)} (undo: %memforget --undo)" if ids else "")
         )
 
     @magic_arguments()
     @argument("query", nargs="*", help="start with this search, the rest of the line verbatim")
-    @magic_options(_START_NS, _START_KIND)
+    @magic_options(START_NS, START_KIND)
     @line_magic
     @no_var_expand
     def memexplore(self, line: str) -> MemoryExplorer:
@@ -900,10 +900,10 @@ class MemoryMagics(Magics):
 
             %memexplore token rotation --ns work
         """
-        args = _parse_query_line(self.memexplore, line, (_START_NS, _START_KIND))
+        args = parse_query_line(self.memexplore, line, (START_NS, START_KIND))
         from nbmemory.jupyter.widgets import MemoryExplorer
 
-        with _as_usage_errors():
+        with as_usage_errors():
             return MemoryExplorer(
                 self.memory,
                 query=args.query,

@@ -303,7 +303,7 @@ def test_magic_argument_parsing_gives_arguments_or_a_usage_error(
     # Parse only (no kernel): the entry point every %mem* magic calls first.
     count("magics parser")
     try:
-        magic_lines._parse(magic, line)
+        magic_lines.parse_line(magic, line)
         outcome("magics parser", "parsed")
     except UsageError as exc:
         outcome("magics parser", "usage error")
