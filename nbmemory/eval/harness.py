@@ -44,6 +44,7 @@ from nbmemory.eval.cache import CachedEmbedder, StoreInfo, cached_store
 from nbmemory.ingest.chunking import MAX_CHARS, chunk_text
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
+from nbmemory.store import item_rows
 from nbmemory.tune.metrics import evaluate, rank_run
 
 if TYPE_CHECKING:
@@ -315,7 +316,7 @@ def build_store(
         log(f"storing {len(texts)} items from {len(dataset.corpus)} documents into {path.name}")
     with Memory(path, embedder=embedder, namespace=_NAMESPACE, refine="inline") as mem:
         mem.remember_many(texts, sources=sources, headings=headings, namespace=_NAMESPACE, batch_size=1024)
-        items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+        items = item_rows.live_count(mem.db)
     return StoreInfo(
         path=path,
         documents=len(dataset.corpus) - skipped,

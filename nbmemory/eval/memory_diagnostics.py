@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from nbmemory.errors import BadFileError, NotFoundError
+from nbmemory.store import search_log
 
 #: Queries no memory of work notes should answer: what the no-answer flag is for.
 OFF_TOPIC = (
@@ -119,10 +120,7 @@ def logged_queries(memory: Any, limit: int = 200) -> list[str] | None:
     if local is None:
         return None
     local.flush()
-    rows = local.db.fetchall(
-        "SELECT query FROM search_log GROUP BY query ORDER BY max(searched_at) DESC LIMIT ?", [limit]
-    )
-    return [str(r[0]) for r in rows]
+    return [str(q) for q in search_log.recent_queries(local.db, limit)]
 
 
 def _probe_text(heading: str, text: str, words: int = 8) -> str:

@@ -52,6 +52,7 @@ from nbmemory.eval.harness import make_embedder, resolve_configs
 from nbmemory.ingest.indexer import walk
 from nbmemory.memory import Memory
 from nbmemory.search.config import PipelineConfig
+from nbmemory.store import item_rows
 from nbmemory.tune.metrics import rank_run
 
 if TYPE_CHECKING:
@@ -440,7 +441,7 @@ def build_notes_store(
     with Memory(path, embedder=embedder, namespace=_NAMESPACE, refine="inline") as mem:
         targets = [str(f) for f in files] if files is not None else [str(corpus)]
         report = mem.index(*targets, namespace=_NAMESPACE)
-        items = int(mem.db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+        items = item_rows.live_count(mem.db)
     if log:
         log(report.summary().replace("\n", "; "))
     return StoreInfo(

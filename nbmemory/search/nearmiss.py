@@ -30,7 +30,7 @@ import numpy as np
 from nbmemory.embed.base import Embedder, normalise
 from nbmemory.search import hot
 from nbmemory.search.vector import nearest, stored
-from nbmemory.store import passages
+from nbmemory.store import item_rows, passages
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
 
@@ -118,7 +118,7 @@ def _live_chunks(db: Database) -> int:
         index = hot.serving(db)
         if index is not None:
             return int(index.live.sum())
-    return int(db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+    return item_rows.live_count(db)
 
 
 def _stored(db: Database, key: str) -> NearMiss | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -252,6 +253,21 @@ def forgotten(db: Database, chunk_ids: list[int]) -> list[tuple[int, str, str, s
         [chunk_ids],
     )
     return [(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+
+
+def backdate(db: Database, ids: Sequence[int], when: Sequence[datetime]) -> None:
+    """Set the items' ``created_at`` and ``updated_at`` to ``when`` (an evaluation's timeline), in
+    one transaction."""
+    import pyarrow as pa
+
+    table = pa.table({"id": pa.array(list(ids), pa.int64()), "at": pa.array(when, pa.timestamp("us"))})
+    with db.transaction():
+        db.with_arrow(
+            "_nbm_ages",
+            table,
+            "UPDATE chunks SET created_at = t.at, updated_at = t.at FROM _nbm_ages t WHERE chunks.id = t.id",
+        )
+        db.rows_changed(ids)
 
 
 def restore(db: Database, chunk_ids: list[int], vecs: np.ndarray) -> None:

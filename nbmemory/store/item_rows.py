@@ -149,6 +149,11 @@ def links(db: Database, item_id: int) -> list[dict[str, Any]]:
     return [dict(zip(("src", "dst", "type", "note", "created_at"), r, strict=True)) for r in rows]
 
 
+def live_count(db: Database) -> int:
+    """How many items are live (not forgotten)."""
+    return int(db.scalar("SELECT count(*) FROM chunks WHERE deleted_at IS NULL"))
+
+
 def stats(db: Database, path: Path) -> dict[str, Any]:
     """Counts, sizes and index state."""
     live = "FROM chunks WHERE deleted_at IS NULL"

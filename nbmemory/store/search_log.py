@@ -42,6 +42,12 @@ PRUNE_EVERY = 1000
 _Entry = tuple[datetime, str, str | None, int, list[int], float]
 
 
+def recent_queries(db: Database, limit: int) -> list[str]:
+    """The ``limit`` most recent distinct queries of the log, newest first."""
+    rows = db.fetchall("SELECT query FROM search_log GROUP BY query ORDER BY max(searched_at) DESC LIMIT ?", [limit])
+    return [r[0] for r in rows]
+
+
 class SearchLog:
     """Buffered writes to ``search_log`` and the items' retrieval counters (see the module docstring).
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbmemory.search.rrf import rrf
+from nbmemory.store import tuning_rows
 
 if TYPE_CHECKING:
     from nbmemory.embed.base import Embedder
@@ -181,10 +182,7 @@ def decide_pipelines(
 # -- the gate inside a memory -------------------------------------------------------------------
 def load_vectors(db: Database, table: str) -> tuple[np.ndarray, np.ndarray]:
     """Ids and unit vectors of the live items in ``table`` (``vectors`` or the staging table)."""
-    rows = db.fetchall(
-        f"SELECT v.chunk_id, v.vec FROM {table} v JOIN chunks c ON c.id = v.chunk_id "
-        "WHERE c.deleted_at IS NULL ORDER BY v.chunk_id"
-    )
+    rows = tuning_rows.live_vectors(db, table)
     if not rows:
         return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
     ids = np.array([int(r[0]) for r in rows], dtype=np.int64)

@@ -48,6 +48,7 @@ import numpy as np
 from nbmemory.embed.base import EmbedderProxy
 from nbmemory.errors import ConfigError
 from nbmemory.search.rrf import rrf
+from nbmemory.store import search_log, tuning_rows
 from nbmemory.store.chunks import embedding_text
 
 if TYPE_CHECKING:
@@ -184,12 +185,7 @@ class _Row:
 
 
 def _rows(db: Database, namespace: str | None) -> list[_Row]:
-    where = "deleted_at IS NULL" + (" AND namespace = ?" if namespace else "")
-    rows = db.fetchall(
-        f"SELECT id, heading, text, kind, coalesce(source, CAST(doc_id AS VARCHAR), '') FROM chunks "
-        f"WHERE {where} ORDER BY id",
-        [namespace] if namespace else None,
-    )
+    rows = tuning_rows.live_texts(db, namespace)
     return [_Row(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
 
 
@@ -230,10 +226,7 @@ def pseudo_queries(
             if 4 <= _words(sentence) <= 40 and _words(rest) >= 5:
                 add(PseudoQuery(sentence, "first_sentence", r.id, embedding_text(r.heading, rest)))
     if "log" in sources and db.table_exists("search_log"):
-        for (text,) in db.fetchall(
-            "SELECT query FROM search_log GROUP BY query ORDER BY max(searched_at) DESC LIMIT ?",
-            [log_limit],
-        ):
+        for text in search_log.recent_queries(db, log_limit):
             if _words(text) >= 2:
                 add(PseudoQuery(str(text), "log", None))
     return out
@@ -417,11 +410,7 @@ def mine_triples(
     def lookup(ids: Iterable[int]) -> None:
         missing = [i for i in ids if i not in info]
         if missing:
-            for i, h, t, g in db.fetchall(
-                "SELECT id, heading, text, coalesce(source, CAST(doc_id AS VARCHAR), '') FROM chunks "
-                "WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                [missing],
-            ):
+            for i, h, t, g in tuning_rows.texts_of(db, missing):
                 info[int(i)] = (h or "", t, g)
 
     for n, q in enumerate(train, start=1):

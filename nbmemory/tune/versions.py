@@ -27,10 +27,10 @@ from typing import Any
 
 from nbmemory.config import models_dir as models_dir  # where tuned models live, for tune and live
 from nbmemory.errors import ConfigError, NotFoundError
+from nbmemory.store import tuning_rows
 from nbmemory.store.db import Database, utcnow
 
 STATUSES = ("base", "adopted", "refused")
-_COLUMNS = "version, model, base_model, fingerprint, status, active, created_at, scores, note"
 
 
 @dataclass
@@ -68,8 +68,7 @@ def list_versions(db: Database) -> list[ModelVersion]:
     """Every version, oldest first."""
     if not db.table_exists("model_versions"):
         return []
-    rows = db.fetchall(f"SELECT {_COLUMNS} FROM model_versions ORDER BY created_at, version")
-    return [_row(db, r) for r in rows]
+    return [_row(db, r) for r in tuning_rows.version_rows(db)]
 
 
 def get(db: Database, version: str) -> ModelVersion:
@@ -106,12 +105,8 @@ def record(
     """Insert or update a version row (inside the caller's transaction, if any)."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
-    db.execute(
-        f"INSERT INTO model_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, false, ?, ?, ?) "
-        "ON CONFLICT (version) DO UPDATE SET model = excluded.model, base_model = excluded.base_model, "
-        "fingerprint = excluded.fingerprint, status = excluded.status, scores = excluded.scores, "
-        "note = excluded.note",
-        [version, model, base_model, fingerprint, status, utcnow(), json.dumps(scores or {}), note],
+    tuning_rows.upsert_version(
+        db, [version, model, base_model, fingerprint, status, utcnow(), json.dumps(scores or {}), note]
     )
 
 
@@ -126,7 +121,7 @@ def ensure_base(db: Database, model: str, fingerprint: str) -> None:
 
 def set_active(db: Database, version: str) -> None:
     """Make ``version`` the one the memory opens with (inside the caller's transaction)."""
-    db.execute("UPDATE model_versions SET active = (version = ?)", [version])
+    tuning_rows.set_active_version(db, version)
 
 
 def discard_weights(path: Path) -> None:

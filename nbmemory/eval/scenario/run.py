@@ -18,20 +18,11 @@ def apply_timeline(mem: Any, scenario: Scenario, ids: Sequence[int]) -> None:
     """Back-date every item by its age and record the ``supersedes`` links."""
     from datetime import timedelta
 
-    import pyarrow as pa
-
+    from nbmemory.store import chunks
     from nbmemory.store.db import utcnow
 
     now = utcnow()
-    when = [now - timedelta(days=item.age_days) for item in scenario.items]
-    table = pa.table({"id": pa.array(list(ids), pa.int64()), "at": pa.array(when, pa.timestamp("us"))})
-    with mem.db.transaction():
-        mem.db.with_arrow(
-            "_nbm_ages",
-            table,
-            "UPDATE chunks SET created_at = t.at, updated_at = t.at FROM _nbm_ages t WHERE chunks.id = t.id",
-        )
-        mem.db.rows_changed(ids)
+    chunks.backdate(mem.db, ids, [now - timedelta(days=item.age_days) for item in scenario.items])
     by_topic: dict[str, list[int]] = {}
     for item, item_id in zip(scenario.items, ids, strict=True):
         by_topic.setdefault(item.topic, []).append(int(item_id))
