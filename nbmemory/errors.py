@@ -45,3 +45,8 @@ class ModelNotFoundError(NbMemoryError):
 
 class NotFoundError(NbMemoryError):
     """An item id, path or link does not exist."""
+
+
+class TeamAccessError(StoreError):
+    """The team's catalog or data folder refuses what was asked: the role or the OS user lacks a
+    right (read, write, create). The message names the catalog, the namespace and the right."""

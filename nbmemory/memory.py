@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from nbmemory import api, executions, runtime, validate
+from nbmemory import team as team_memory
 from nbmemory.active_model import ActiveModel, ModelPolicy, load_for_store
 from nbmemory.config import Settings
 from nbmemory.embed.base import Embedder
@@ -76,6 +77,11 @@ class Memory:
         vectors), and a thread of this process fills the passages after it, at low priority
         (:mod:`nbmemory.refine`, :meth:`wait_refined`); ``"inline"``: each write makes them before
         it returns.
+    team:
+        A team memory to attach beside the personal file (a :class:`~nbmemory.team.TeamConfig`
+        or ``"<catalog>|<data path>"``; default ``NBMEMORY_TEAM``): namespaces ``team:<name>``
+        are written to its lake, and searches rank its items with the personal ones
+        (:mod:`nbmemory.team`).
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class Memory:
         progress: bool = False,
         pipeline: PipelineConfig | None = None,
         refine: RefineMode | None = None,
+        team: team_memory.TeamConfig | str | None = None,
     ) -> None:
         settings = (settings or Settings()).override(path, model, namespace)
         #: ``"background"`` or ``"inline"``: see ``refine`` above.
@@ -113,6 +120,11 @@ class Memory:
             self._refiner = Refiner(self.db, self._model, self._log)
             # Passages a process killed before it made them are made now.
             self._refiner.start()
+        config = team_memory.team_config(team)
+        #: The team memory beside this file (None: personal only).
+        self._team = (
+            None if config is None else team_memory.Team(config, lambda: self.embedder, self._replica)
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
@@ -120,6 +132,8 @@ class Memory:
             self._refiner.close()  # the step under way ends; what is left, the next opening makes
         self._search_log.close()  # writes the buffered searches, then stops its writer
         self.db.close()
+        if self._team is not None:
+            self._team.close()
 
     def __enter__(self) -> Memory:
         return self
@@ -140,6 +154,21 @@ class Memory:
     def _require_model_match(self) -> Embedder:
         return self._model.matching()
 
+    def _replica(self, path: Path, home: Path, embedder: Embedder) -> Memory:
+        """Opens the local replica of the team's lake: a memory file of its own, searched like this one."""
+        settings = Settings(home=home, passages=False)
+        # team="": the replica attaches no team, whatever NBMEMORY_TEAM says.
+        return Memory(path, embedder=embedder, settings=settings, refine="inline", team="")
+
+    def _team_for(self, namespace: str | None) -> team_memory.Team | None:
+        """The team when ``namespace`` (or the default) is a team namespace, None for a personal one."""
+        ns = namespace or self.settings.namespace
+        if not team_memory.is_team_namespace(ns):
+            return None
+        if self._team is None:
+            team_memory.check_personal(ns)
+        return self._team
+
     def _log(self, message: str) -> None:
         if self.show_progress:
             print(message, file=sys.stderr)
@@ -154,6 +183,10 @@ class Memory:
         started = time.perf_counter()
         if not paths:
             raise ConfigError("index needs at least one file or folder")
+        if self._team_for(namespace) is not None:
+            raise ConfigError(
+                f"index into a team namespace ({namespace!r}) is not supported yet: remember its texts"
+            )
         with index_bar(self.show_progress and progress is None) as bar:
             meter = IndexMeter(fitted(progress) if progress is not None else bar, started=started)
             meter.phase("loading the model")
@@ -264,6 +297,11 @@ class Memory:
             [validate.turn_field(speaker, "speaker")],
             [validate.turn_field(conversation, "conversation")],
         )
+        if (team := self._team_for(namespace)) is not None:
+            ns = namespace or self.settings.namespace
+            return team.remember_many(
+                [text], ns, validate.clean_tags(tags), importance, [source], [heading], *turn
+            )[0]
         new_id = self._store_texts(
             [text], namespace, validate.clean_tags(tags), importance, [source], [heading], turn, request_key
         )[0]
@@ -298,6 +336,13 @@ class Memory:
         conversation = [
             validate.turn_field(v, f"conversation {i}") for i, v in enumerate(conversations or [None] * n)
         ]
+        if (team := self._team_for(namespace)) is not None:
+            ns = namespace or self.settings.namespace
+            batch = (sources or [None] * n, headings or [""] * n, event_at, speaker, conversation)
+            items = team.remember_many(texts, ns, validate.clean_tags(tags), importance, *batch)
+            if progress is not None:
+                progress(n)
+            return [item.id for item in items]
         self._require_model_match()
         clean_tags = validate.clean_tags(tags)
         ids: list[int] = []
@@ -352,6 +397,10 @@ class Memory:
 
     def capture(self, runs: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> list[int]:
         validate.check_unicode(namespace, "namespace")
+        if self._team_for(namespace) is not None:
+            raise ConfigError(
+                f"cell runs are personal: capture into {namespace!r}, a team namespace, is refused"
+            )
         rows = executions.run_rows(runs, namespace or self.settings.namespace)
         # A cell run twice in one batch is one item, at its last run.
         last = {executions.run_key(row, source): i for i, (row, source) in enumerate(rows)}
@@ -453,6 +502,12 @@ class Memory:
                 "forget needs exactly one of: an id, query=..., or path=... and/or kind=, since=, until="
             )
         validate.check_fields(query=query, path=path, namespace=namespace)
+        if self._team_for(namespace) is not None and selected:
+            raise ConfigError(f"forget in a team namespace ({namespace!r}) takes an id or query=...")
+        if item_id is not None and not isinstance(item_id, int):
+            item_id = list(item_id)  # read once: it may be an iterator
+        if self._team is not None and (query is not None or team_memory.is_team_ids(item_id)):
+            return self._forget_with_team(self._team, item_id, query, k, namespace, dry_run)
         if item_id is not None:
             ids = item_rows.require_ids(self.db, item_id)
             reason = "id"
@@ -537,7 +592,31 @@ class Memory:
         if log:
             ms = (time.perf_counter() - started) * 1000
             self._search_log.record(result.query, None if filters.empty else repr(filters), k, result.ids, ms)
+        if self._team is not None and (namespace is None or team_memory.is_team_namespace(namespace)):
+            given = {"kind": kind, "path": path, "tags": tags, "since": since, "until": until}
+            turns = {"speaker": speaker, "conversation": conversation, "config": config}
+            found = self._team.search(query, k, namespace=namespace, **given, **turns)
+            result = team_memory.merge(result, found, k)
         return result
+
+    def _forget_with_team(
+        self,
+        team: team_memory.Team,
+        item_id: Any,
+        query: str | None,
+        k: int,
+        namespace: str | None,
+        dry_run: bool,
+    ) -> list[int]:
+        """forget by id or query with a team attached: lake items leave the lake, the others this file."""
+        if item_id is not None:
+            ids = [int(item_id)] if isinstance(item_id, int) else [int(i) for i in item_id]
+        else:
+            ids = self.search(str(query), k=k, namespace=namespace, log=False).ids
+        personal = [i for i in ids if not team_memory.is_team_id(i)]
+        lake = [i for i in ids if team_memory.is_team_id(i)]
+        forgotten = self.forget(personal, dry_run=dry_run) if personal else []
+        return forgotten + (lake if dry_run else team.forget(lake, namespace))
 
     def flush(self) -> None:
         """Write buffered retrieval counters and search-log rows."""
