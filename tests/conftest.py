@@ -26,17 +26,19 @@ os.environ.setdefault("NBMEMORY_CAPTURE", "0")
 # refiner got (tests/test_refine.py and tests/reliability/test_refine_kill.py test that path).
 os.environ.setdefault("NBMEMORY_REFINE", "inline")
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from nbmemory import Memory
 from nbmemory.config import cache_folder
 from nbmemory.embed import FakeEmbedder, SentenceTransformerEmbedder
 from tests.quick import QUICK, examples
 
+# A timing never decides a test: no example fails for taking long (hypothesis' deadline) and no
+# test for generating its examples slowly (too_slow), as on a busy machine.
+settings.register_profile("nbmemory", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Property tests that name no count of their own: fewer in `make check` (tests/quick.py).
-settings.register_profile("quick", max_examples=examples(100))
-if QUICK:
-    settings.load_profile("quick")
+settings.register_profile("quick", settings.get_profile("nbmemory"), max_examples=examples(100))
+settings.load_profile("quick" if QUICK else "nbmemory")
 
 
 #: Document vectors shared by the test processes that index the same texts with the bundled model

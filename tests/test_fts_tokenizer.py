@@ -304,7 +304,11 @@ def test_query_terms_beyond_ascii_equal_the_index_macros(fake_mem: Memory) -> No
 
 
 @pytest.mark.integration
-@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.text(st.characters(exclude_categories=["Cs"]), max_size=40))
 def test_query_terms_of_any_text_equal_the_index_macros(fake_mem: Memory, text: str) -> None:
     if not fts.index_exists(fake_mem.db):  # the memory is made once for all examples

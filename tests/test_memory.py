@@ -7,10 +7,12 @@ import random
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+import nbmemory.memory as memory_module
 from nbmemory import ConfigError, Memory, ModelMismatchError, NotFoundError, PipelineConfig
 from nbmemory.embed import FakeEmbedder
 from nbmemory.store import fts
@@ -394,26 +396,27 @@ def test_index_time_is_the_wall_time_of_the_whole_call(
             f"Step {j} of kafka lag runbook {i} pages the on-call engineer at night." for j in range(9)
         )
         (notes / f"n{i}.md").write_text(f"# Note {i}\n\n{prose}\n")
-    # The model's load and the index update after the write take time the report must count.
-    pause = 0.2
+    # The model's load and the index update after the write take time the report must count: on
+    # a clock of the facade's own that moves only while they run (1 s a load, 10 s an update), the
+    # report's time is all the clock moved only when it starts before the load and ends after the
+    # update.
+    clock = [0.0]
+    monkeypatch.setattr(memory_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     load, update = fake_mem._model.matching, fake_mem._after_bulk_write
 
     def slow_load() -> Any:
-        time.sleep(pause)
+        clock[0] += 1.0
         return load()
 
     def slow_update(*args: Any) -> None:
-        time.sleep(pause)
+        clock[0] += 10.0
         update(*args)
 
     monkeypatch.setattr(fake_mem._model, "matching", slow_load)
     monkeypatch.setattr(fake_mem, "_after_bulk_write", slow_update)
     snapshots: list[dict[str, Any]] = []
-    started = time.perf_counter()
     report = fake_mem.index(notes, progress=lambda done, total, path, snap: snapshots.append(snap))
-    wall = time.perf_counter() - started
-    assert 3 * pause <= report.seconds <= wall
-    assert report.seconds >= wall - 0.5  # only the call's own entry and return are outside it
+    assert clock[0] >= 11.0 and report.seconds == clock[0]
     phases = [s["phase"] for s in snapshots]
     assert list(dict.fromkeys(phases)) == [
         "loading the model",

@@ -221,7 +221,11 @@ def test_a_search_during_refinement_waits_for_no_more_than_the_step_under_way(
             end = time.perf_counter()
             during.append(sum(start < t < end for t in list(begun)))
             states.append(mem.stats()["refine"]["done"])
-            time.sleep(refine_mod.SEARCH_QUIET_S + 0.05)  # a gap: the refiner takes a step
+            # A gap: once searches are quiet the refiner takes a step (waited for, not timed).
+            deadline = time.monotonic() + 120
+            while states[-1] < total and mem.stats()["refine"]["done"] == states[-1]:
+                assert time.monotonic() < deadline, f"no refine step after search {i}: {states}"
+                time.sleep(0.01)
         assert mem.wait_refined(timeout=300)
         rows = mem.db.fetchall("SELECT heading, text, kind FROM chunks")
         longest = max(len(passages.texts_of(h or "", t, k)) for h, t, k in rows)
