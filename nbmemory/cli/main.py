@@ -44,6 +44,11 @@ GLOBAL_OPTIONS = (
         "--model", help="sentence-transformers model name or local folder (default: bundled all-MiniLM-L6-v2)"
     ),
     Option("-q", "--quiet", action="store_true", help="no progress bars"),
+    Option(
+        "--team",
+        help="a team memory to attach beside this one: '<catalog>|<data path>' (default $NBMEMORY_TEAM); "
+        "namespaces team:<name> live in it",
+    ),
 )
 JSON = Option("--json", action="store_true", help="machine-readable output")
 # What makes a remembered text a conversation turn.
@@ -102,6 +107,8 @@ def _memory(args: argparse.Namespace, background: bool = True, **kwargs: Any) ->
     # is its client: no run pays for the model load but the first (NBMEMORY_IDLE_SECONDS).
     from nbmemory.remote import connect
 
+    if args.team is not None:
+        kwargs["team"] = args.team  # this run opens the memory itself: a background owner has no team
     return connect(
         args.db, home=args.home, model=args.model, progress=not args.quiet, background=background, **kwargs
     )
@@ -618,7 +625,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     idle = settings.idle_seconds if args.idle_seconds is None else args.idle_seconds
     if not 0 <= idle < float("inf"):
         raise NbMemoryError(f"--idle-seconds must be 0 or more, got {idle}")
-    return serve(settings, idle, "serve", {"progress": not args.quiet})
+    team = {} if args.team is None else {"team": args.team}
+    return serve(settings, idle, "serve", {"progress": not args.quiet, **team})
 
 
 @command(
