@@ -41,6 +41,9 @@ test: $(STAMP)
 	# The UI tests drive Debian's Chromium (no browser download); they skip if it cannot be had.
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium could not be installed: the UI tests will be skipped"
+	# The team tests start Debian's PostgreSQL as their catalog; they skip if it cannot be had.
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null) \
+		|| echo "postgresql could not be installed: the team tests will be skipped"
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" -q $(PARALLEL)
 
 # The long runs: sustained sharing with owner kills (thousands of writes), the real-model BEIR slice.
