@@ -108,12 +108,14 @@ def test_a_search_during_back_to_back_writes_waits_for_the_one_under_way_only(
     db = sample_mem.db
     monkeypatch.setattr(store_db, "YIELD_S", 60.0)  # however slow the search on a busy machine
     stop = threading.Event()
-    begun: list[float] = []
+    # The transactions the writer began, counted: the ones a search saw begin are those counted
+    # between its start and its end.
+    begun: list[int] = []
 
     def write() -> None:
         while not stop.is_set():
             with db.transaction() as con:
-                begun.append(time.perf_counter())
+                begun.append(len(begun))
                 con.execute("SELECT count(*) FROM chunks").fetchall()
                 time.sleep(0.005)  # a write's work, with the lock held
 
@@ -126,10 +128,9 @@ def test_a_search_during_back_to_back_writes_waits_for_the_one_under_way_only(
             while len(begun) < 2 * (i + 1):  # the writer has gone on meanwhile: it is not starved
                 assert time.monotonic() < deadline, f"the writer began {len(begun)} transactions"
                 time.sleep(0.001)
-            start = time.perf_counter()
+            before = len(begun)
             sample_mem.search(QUERIES[i % len(QUERIES)], log=False)
-            end = time.perf_counter()
-            during.append(sum(start < t < end for t in list(begun)))
+            during.append(len(begun) - before)
     finally:
         stop.set()
         writer.join()
