@@ -123,7 +123,9 @@ class Memory:
         config = team_memory.team_config(team)
         #: The team memory beside this file (None: personal only).
         self._team = (
-            None if config is None else team_memory.Team(config, lambda: self.embedder, self._replica)
+            None
+            if config is None
+            else team_memory.Team(config, lambda: self.embedder, self._replica, self.path)
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -300,7 +302,7 @@ class Memory:
         if (team := self._team_for(namespace)) is not None:
             ns = namespace or self.settings.namespace
             return team.remember_many(
-                [text], ns, validate.clean_tags(tags), importance, [source], [heading], *turn
+                [text], ns, validate.clean_tags(tags), importance, [source], [heading], *turn, request_key
             )[0]
         new_id = self._store_texts(
             [text], namespace, validate.clean_tags(tags), importance, [source], [heading], turn, request_key
@@ -339,7 +341,7 @@ class Memory:
         if (team := self._team_for(namespace)) is not None:
             ns = namespace or self.settings.namespace
             batch = (sources or [None] * n, headings or [""] * n, event_at, speaker, conversation)
-            items = team.remember_many(texts, ns, validate.clean_tags(tags), importance, *batch)
+            items = team.remember_many(texts, ns, validate.clean_tags(tags), importance, *batch, request_key)
             if progress is not None:
                 progress(n)
             return [item.id for item in items]

@@ -136,12 +136,20 @@ class Team:
         Gives the personal memory's embedder (loaded on first use): team rows are embedded with it.
     open_replica:
         Opens the replica's memory file (the facade passes a function making a ``Memory``).
+    personal:
+        The personal memory file: each has a replica of its own (two memories of one user that
+        attach the same team do not contend for one file).
     """
 
     def __init__(
-        self, config: TeamConfig, embedder: Callable[[], Embedder], open_replica: OpenReplica
+        self,
+        config: TeamConfig,
+        embedder: Callable[[], Embedder],
+        open_replica: OpenReplica,
+        personal: Path,
     ) -> None:
         self.config = config
+        self.personal = Path(personal).expanduser().absolute()
         self.lake = TeamLake(config.catalog, config.data_path)
         self._embedder = embedder
         self._open_replica = open_replica
@@ -157,7 +165,9 @@ class Team:
 
     @property
     def replica_path(self) -> Path:
-        return cache_folder("team", self.config.key) / "replica.duckdb"
+        """``<cache>/team/<catalog and data path's key>/replica-<personal file's key>.duckdb``."""
+        personal = hashlib.sha256(str(self.personal).encode()).hexdigest()[:12]
+        return cache_folder("team", self.config.key) / f"replica-{personal}.duckdb"
 
     def replica(self) -> SearchesMemory:
         with self._lock:
@@ -165,7 +175,7 @@ class Team:
                 path = self.replica_path
                 self._replica = self._open_replica(path, path.parent, self._embedder())
                 # Checked against the file's model: a first open records it and makes its vectors table.
-                assert self._replica.embedder.fingerprint == self._embedder().fingerprint
+                self._replica.embedder  # noqa: B018
                 team_replica.ensure_tables(self._replica.db)
             return self._replica
 
@@ -260,9 +270,16 @@ class Team:
         times: Sequence[datetime | None],
         speakers: Sequence[str | None],
         conversations: Sequence[str | None],
+        request_key: str | None = None,
     ) -> list[Item]:
-        """Write remembered texts (checked by the caller) to the lake in one snapshot; the items."""
+        """Write remembered texts (checked by the caller) to the lake in one snapshot; the items.
+        A ``request_key`` already answered gives the items its first try wrote."""
         self.lake.check_write(namespace)  # before the model embeds anything
+        ids = new_ids(len(texts), request_key)
+        if request_key is not None:
+            earlier = {row.id: row for row in self.lake.rows(ids)}
+            if earlier:
+                return [_item(earlier[i]) for i in ids if i in earlier]
         chunks = remembered_rows(
             texts, namespace, tags, importance, sources, headings, times, speakers, conversations
         )
@@ -287,7 +304,7 @@ class Team:
                 speaker=r.speaker,
                 conversation=r.conversation,
             )
-            for lake_id, r, vec in zip(new_ids(len(chunks)), chunks, vecs, strict=True)
+            for lake_id, r, vec in zip(ids, chunks, vecs, strict=True)
         ]
         self.lake.insert(rows)
         self.refresh(force=True)  # this process finds what it wrote at once

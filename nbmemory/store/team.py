@@ -16,6 +16,7 @@ folder; ``ducklake_table_changes`` returns a deleted row with all its columns.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import importlib.resources
 import os
@@ -120,10 +121,14 @@ class Change:
     row: LakeRow
 
 
-def new_ids(n: int) -> list[int]:
-    """``n`` random lake ids (see :data:`TEAM_ID_MIN`): two machines writing at once never
-    need to agree on a sequence."""
-    return [TEAM_ID_MIN + secrets.randbelow(_TEAM_ID_SPAN) for _ in range(n)]
+def new_ids(n: int, request_key: str | None = None) -> list[int]:
+    """``n`` lake ids (see :data:`TEAM_ID_MIN`), random, so two machines writing at once never
+    need to agree on a sequence; drawn from ``request_key`` when given, so a retried request
+    names the items its first try wrote."""
+    if request_key is None:
+        return [TEAM_ID_MIN + secrets.randbelow(_TEAM_ID_SPAN) for _ in range(n)]
+    digests = (hashlib.sha256(f"{request_key}\x00{i}".encode()).digest() for i in range(n))
+    return [TEAM_ID_MIN + int.from_bytes(d[:8], "big") % _TEAM_ID_SPAN for d in digests]
 
 
 @functools.cache
@@ -366,6 +371,17 @@ class TeamLake:
                 con.execute("ROLLBACK")
                 raise
         return found
+
+    def rows(self, ids: Sequence[int]) -> list[LakeRow]:
+        """The items among ``ids`` that the lake holds."""
+        if not ids or not self.has_items:
+            return []
+        with self._lock:
+            found = self.con.execute(
+                f"SELECT {_COLUMNS} FROM {ALIAS}.items WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                [list(map(int, ids))],
+            ).fetchall()
+        return [LakeRow.from_row(r) for r in found]
 
     def namespaces_of(self, ids: Sequence[int]) -> dict[int, str]:
         """The namespace of each of ``ids`` found in the lake."""
