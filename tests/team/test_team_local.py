@@ -10,7 +10,7 @@ import pytest
 
 from nbmemory import Memory
 from nbmemory.embed import FakeEmbedder
-from nbmemory.errors import StoreError, TeamAccessError
+from nbmemory.errors import ConfigError, StoreError, TeamAccessError
 from nbmemory.store.team import LakeRow, TeamLake
 from nbmemory.team import TeamConfig
 
@@ -72,3 +72,41 @@ def test_a_data_folder_the_user_may_not_write_is_refused(tmp_path: Path) -> None
                 mem.remember("a note", namespace="team:lab")
         finally:
             data.chmod(0o755)
+
+
+def test_forget_by_query_and_the_refusals_of_a_team_namespace(tmp_path: Path) -> None:
+    team = TeamConfig(str(tmp_path / "lab.ducklake"), str(tmp_path / "lab-data"))
+    with Memory(tmp_path / "memory.duckdb", embedder=FakeEmbedder(dim=32), team=team) as mem:
+        shared = mem.remember("the old autoclave manual", namespace="team:lab")
+        mine = mem.remember("my autoclave manual notes")
+        assert mem.forget(query="autoclave manual", namespace="team:lab", dry_run=True) == [shared.id]
+        assert mem.forget(query="autoclave manual", namespace="team:lab") == [shared.id]
+        assert [h.id for h in mem.search("autoclave manual")] == [mine.id]
+        with pytest.raises(ConfigError, match="team namespace"):
+            mem.forget(path="*.md", namespace="team:lab")
+        with pytest.raises(ConfigError, match="team namespace"):
+            mem.index(tmp_path, namespace="team:lab")
+        with pytest.raises(ConfigError, match="team namespace"):
+            mem.capture([{"source": "1 + 1", "notebook": "a.ipynb"}], namespace="team:lab")
+
+
+def test_a_client_whose_snapshots_were_expired_reads_the_lake_again(tmp_path: Path) -> None:
+    team = TeamConfig(str(tmp_path / "lab.ducklake"), str(tmp_path / "lab-data"))
+    here, there = tmp_path / "here" / "memory.duckdb", tmp_path / "there" / "memory.duckdb"
+    with Memory(here, embedder=FakeEmbedder(dim=32), team=team) as mem:
+        mem.remember("first sample", namespace="team:lab")
+    with Memory(there, embedder=FakeEmbedder(dim=32), team=team) as other:
+        other.remember("second sample", namespace="team:lab")
+        other.remember("third sample", namespace="team:lab")
+    lake = TeamLake(team.catalog, team.data_path)
+    try:
+        lake.con.execute("CALL ducklake_expire_snapshots('lake', older_than => now())")
+    finally:
+        lake.close()
+    with Memory(here, embedder=FakeEmbedder(dim=32), team=team) as mem:
+        assert sorted(h.text for h in mem.search("sample", k=10) if h.store == "team") == [
+            "first sample",
+            "second sample",
+            "third sample",
+        ]
+        assert mem._team is not None and mem._team.full_reads == 1
