@@ -160,9 +160,9 @@ def lake(postgres: Cluster, tmp_path: Path) -> Lake:
     return Lake(postgres, database, data)
 
 
-def run_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") -> str:
-    """Run ``code`` in another Python process with a memory of its own (``mem``: its personal file
-    under ``home``, the team attached through ``NBMEMORY_TEAM``); its stdout."""
+def start_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") -> subprocess.Popen[str]:
+    """Start ``code`` in another Python process with a memory of its own (``mem``: its personal
+    file under ``home``, the team attached through ``NBMEMORY_TEAM``)."""
     script = textwrap.dedent(
         """
         from nbmemory import Memory
@@ -177,9 +177,24 @@ def run_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") -> s
         "NBMEMORY_TEAM": lake.team_string(role),
         "HF_HUB_OFFLINE": "1",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    if done.returncode:
-        raise AssertionError(f"client failed:\n{done.stderr}")
-    return done.stdout
+
+
+def finish(client: subprocess.Popen[str]) -> str:
+    """The client's stdout once it ended; fails with its stderr if it failed."""
+    out, err = client.communicate(timeout=120)
+    if client.returncode:
+        raise AssertionError(f"client failed:\n{err}")
+    return out
+
+
+def run_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") -> str:
+    """Run ``code`` as :func:`start_client` does and wait for it; its stdout."""
+    return finish(start_client(lake, home, code, role))

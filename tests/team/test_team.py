@@ -5,6 +5,7 @@ process is the second client. Plumbing only: the fake embedder."""
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from nbmemory.errors import ConfigError, TeamAccessError
 from nbmemory.items import Hit
 from nbmemory.store.team import TEAM_ID_MIN, TeamLake
 from nbmemory.team import TeamConfig, team_config
-from tests.team.conftest import Lake, run_client
+from tests.team.conftest import Lake, finish, run_client, start_client
 
 pytestmark = pytest.mark.integration
 
@@ -216,3 +217,19 @@ def test_the_team_setting_reads_catalog_and_data_path(monkeypatch: pytest.Monkey
     assert team_config(None) == TeamConfig("/srv/lab.ducklake", "/srv/lab-data")
     with pytest.raises(ConfigError, match="<catalog>\\|<data path>"):
         TeamConfig.parse("postgres:dbname=lab")
+
+
+def test_two_processes_writing_at_once_both_land(here: Memory, lake: Lake, tmp_path: Path) -> None:
+    # DuckLake retries a commit that does not conflict: concurrent inserts of two members all land.
+    code = """
+    for i in range(5):
+        mem.remember_many([f"{name} sample {i} a", f"{name} sample {i} b"], namespace="team:lab")
+    """
+    clients = [
+        start_client(lake, tmp_path / name, f"name = {name!r}\n" + textwrap.dedent(code))
+        for name in ("ann", "ben")
+    ]
+    for client in clients:
+        finish(client)
+    assert len(lake_rows(lake)) == 20
+    poll(lambda: len([h for h in here.search("sample", k=50) if h.store == "team"]) == 20)
