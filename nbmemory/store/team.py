@@ -260,7 +260,7 @@ class TeamLake:
         missing = []
         role = _role(self.catalog)
         if self.is_postgres:
-            with self._lock:
+            with self._reading():
                 found = self.con.execute(
                     f"SELECT * FROM postgres_query('{_METADATA}', 'SELECT current_user::text, "
                     "has_table_privilege(''ducklake_snapshot'', ''INSERT'') AS snapshots, "
@@ -310,6 +310,20 @@ class TeamLake:
                         f"{_first_line(exc)}. Nothing was written."
                     ) from None
                 raise StoreError(f"team catalog {self.label}: write failed: {_first_line(exc)}") from None
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        with self._lock:
+            try:
+                yield
+            except duckdb.Error as exc:
+                if _DENIED.search(str(exc)):
+                    raise TeamAccessError(
+                        f"team catalog {self.label}: role {_role(self.catalog)!r} may not read the lake "
+                        f"({_first_line(exc)}): the catalog's tables need SELECT, the data folder "
+                        f"{self.data_path} read access for this user"
+                    ) from None
+                raise StoreError(f"team catalog {self.label}: read failed: {_first_line(exc)}") from None
 
     # -- writes ---------------------------------------------------------------------------
     def insert(self, rows: Sequence[LakeRow]) -> None:
@@ -376,7 +390,7 @@ class TeamLake:
         """The items among ``ids`` that the lake holds."""
         if not ids or not self.has_items:
             return []
-        with self._lock:
+        with self._reading():
             found = self.con.execute(
                 f"SELECT {_COLUMNS} FROM {ALIAS}.items WHERE id IN (SELECT unnest(?::BIGINT[]))",
                 [list(map(int, ids))],
@@ -387,7 +401,7 @@ class TeamLake:
         """The namespace of each of ``ids`` found in the lake."""
         if not ids or not self.has_items:
             return {}
-        with self._lock:
+        with self._reading():
             rows = self.con.execute(
                 f"SELECT id, namespace FROM {ALIAS}.items WHERE id IN (SELECT unnest(?::BIGINT[]))",
                 [list(map(int, ids))],
@@ -397,7 +411,7 @@ class TeamLake:
     # -- reads ----------------------------------------------------------------------------
     def current_snapshot(self) -> int:
         """The id of the lake's latest snapshot."""
-        with self._lock:
+        with self._reading():
             found = self.con.execute(f"SELECT id FROM {ALIAS}.current_snapshot()").fetchone()
         assert found is not None  # a lake has a first snapshot from its creation on
         return int(found[0])
@@ -405,7 +419,7 @@ class TeamLake:
     def identity(self) -> str:
         """What tells this lake from another one at the same catalog address (one dropped and made
         again): its oldest snapshot's id and time."""
-        with self._lock:
+        with self._reading():
             found = self.con.execute(
                 f"SELECT snapshot_id, snapshot_time::VARCHAR FROM {ALIAS}.snapshots() ORDER BY snapshot_id LIMIT 1"
             ).fetchone()
@@ -414,7 +428,7 @@ class TeamLake:
 
     def read_all(self, snapshot: int) -> list[LakeRow]:
         """Every item as of ``snapshot``."""
-        with self._lock:
+        with self._reading():
             if not self.has_items:
                 self.has_items = self._table_exists()
             if not self.has_items:
@@ -429,7 +443,7 @@ class TeamLake:
         Raises :class:`LookupError` when a snapshot of that range is gone (expired)."""
         if upto <= after:
             return []
-        with self._lock:
+        with self._reading():
             if not self.has_items:
                 self.has_items = self._table_exists()
             if not self.has_items:

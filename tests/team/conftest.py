@@ -23,7 +23,8 @@ import pytest
 
 from nbmemory.team import TeamConfig
 
-PASSWORDS = {"nbm_writer": "writer-secret", "nbm_reader": "reader-secret"}
+#: The writer, a reader, and a role the lake's databases grant nothing.
+PASSWORDS = {"nbm_writer": "writer-secret", "nbm_reader": "reader-secret", "nbm_outsider": "outsider-secret"}
 ROOT = Path(__file__).resolve().parents[2]
 
 

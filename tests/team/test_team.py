@@ -123,6 +123,21 @@ def test_a_reader_without_write_rights_is_refused_and_writes_nothing(
     assert list(lake.data_path.rglob("*.parquet")) == []  # no file left behind by a refused write
 
 
+def test_a_role_the_catalog_grants_nothing_is_refused_at_open(
+    here: Memory, lake: Lake, tmp_path: Path
+) -> None:
+    here.remember("a team item", namespace="team:lab")  # the catalog's tables exist
+    with pytest.raises(TeamAccessError) as refused:
+        Memory(
+            tmp_path / "outsider" / "memory.duckdb",
+            embedder=FakeEmbedder(dim=32),
+            team=lake.team("nbm_outsider"),
+        )
+    message = str(refused.value)
+    assert "nbm_outsider" in message and lake.database in message and "SELECT" in message
+    assert "outsider-secret" not in message
+
+
 def test_the_personal_file_holds_no_team_rows_and_the_lake_no_personal_rows(
     lake: Lake, tmp_path: Path
 ) -> None:
