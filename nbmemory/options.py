@@ -35,6 +35,7 @@ __all__ = [
     "CHUNKS",
     "CLOSEST",
     "KINDS",
+    "MAX_NAME",
     "MAX_RESULTS",
     "RETRIEVERS",
     "TUNE_OPTIONS",
@@ -158,6 +159,9 @@ def filter_options(namespace_default: str = "all") -> tuple[Option, ...]:
 #: API (and the sidebar's setting), the MCP tools, the magics. The Python API and the CLI, which
 #: export and script, take any k.
 MAX_RESULTS = 200
+#: The longest namespace, speaker or conversation name a request of the REST API or an MCP tool
+#: takes (a name is a label, not a text).
+MAX_NAME = 200
 
 
 RETRIEVERS = Option("--retrievers", help="bm25, vector or bm25,vector (default: both)")

@@ -15,7 +15,8 @@ import pytest
 from nbmemory import Memory
 from nbmemory.errors import RequestError
 from nbmemory.mcp import MemoryTools, Policy
-from nbmemory.options import MAX_RESULTS, check_k, search_arguments, to_jsonable
+from nbmemory.mcp.tools import HitData
+from nbmemory.options import MAX_RESULTS, check_k, hit_payload, search_arguments, to_jsonable
 from nbmemory.search.result import SearchResult
 from nbmemory.server.handlers import search_json
 
@@ -136,6 +137,14 @@ def test_an_agent_gets_a_snippet_unless_it_asks_for_the_text(result: SearchResul
     tools = MemoryTools(lambda: Recorder(result), Policy())  # type: ignore[arg-type,return-value]
     assert all("text" not in h for h in tools.search(QUERY)["hits"])
     assert all(h["text"] for h in tools.search(QUERY, full_text=True)["hits"])
+
+
+def test_the_mcp_output_schema_declares_every_field_of_a_hit(result: SearchResult) -> None:
+    # The MCP server sends a tool's result as validated against its output schema: a field of the
+    # payload that HitData leaves out would reach an agent in the text but not the structured content.
+    declared = HitData.__required_keys__ | HitData.__optional_keys__
+    for hit in result.hits:
+        assert set(hit_payload(hit)) <= declared
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,15 @@ from typing_extensions import TypedDict
 from nbmemory.api import MemoryAPI
 from nbmemory.errors import ConfigError, NbMemoryError
 from nbmemory.items import cell_number
-from nbmemory.options import KINDS, MAX_RESULTS, hit_payload, link_outside, search_arguments, search_payload
+from nbmemory.options import (
+    KINDS,
+    MAX_NAME,
+    MAX_RESULTS,
+    hit_payload,
+    link_outside,
+    search_arguments,
+    search_payload,
+)
 from nbmemory.safety import build_context, injection_warning
 from nbmemory.search.prefix import require_words
 
@@ -81,8 +89,6 @@ When = Annotated[
         "happened: its event time (a conversation turn's `at`), else its last update."
     ),
 ]
-#: Longest speaker or conversation name a tool takes (as the REST API's namespaces).
-MAX_NAME = 200
 Speaker = Annotated[
     str | None,
     Field(max_length=MAX_NAME, description="Only conversation turns said by this speaker (exact match)."),
@@ -129,6 +135,7 @@ class HitData(TypedDict):
     speaker: str | None
     conversation: str | None
     more_ids: list[int]
+    store: str
     more: NotRequired[str]
     text: NotRequired[str]
     warning: NotRequired[str]

@@ -26,6 +26,7 @@ from nbmemory.forget_source import forget_source
 from nbmemory.items import cell_number
 from nbmemory.jobs import IndexJob, TuneJob, error_text
 from nbmemory.options import (
+    MAX_NAME,
     MAX_RESULTS,
     TUNE_OPTIONS,
     filter_options,
@@ -47,7 +48,7 @@ from nbmemory.server.notebooks import NotebooksHandler
 from nbmemory.server.state import ServerState
 
 MAX_K = MAX_RESULTS
-MAX_NAMESPACE = 200
+MAX_NAMESPACE = MAX_NAME
 # A remembered note is short; a larger document goes through `index`. Bodies are checked before
 # parsing, texts before redaction and embedding (both cost time in proportion to the size).
 MAX_BODY_BYTES = 4 * 1024 * 1024
