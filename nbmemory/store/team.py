@@ -157,8 +157,11 @@ def extension_files() -> tuple[Path, ...]:
         if filename != name:
             link = cache_folder("duckdb-extensions", f"v{duckdb.__version__}") / f"{name}.duckdb_extension"
             if not link.is_symlink() or link.resolve() != path.resolve():
-                link.unlink(missing_ok=True)
-                link.symlink_to(path)
+                # Made aside and renamed over: processes starting at once never see a half-made link.
+                aside = link.with_name(f"{link.name}.{os.getpid()}")
+                aside.unlink(missing_ok=True)
+                aside.symlink_to(path)
+                os.replace(aside, link)
             path = link
         files.append(path)
     return tuple(files)
