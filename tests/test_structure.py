@@ -111,6 +111,11 @@ def test_the_layer_check_finds_an_upward_import_and_an_unplaced_unit() -> None:
         import_graph.upward_imports(edges, [("p.low",)])
 
 
+def test_sql_lives_only_in_the_store() -> None:
+    assert len(import_graph.SQL_ELSEWHERE) <= 2  # SQL on something else than the memory's file
+    assert import_graph.sql_outside(elsewhere=list(import_graph.SQL_ELSEWHERE)) == []
+
+
 def test_the_sql_finder_finds_statements_and_calls(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "store").mkdir(parents=True)
     (tmp_path / "pkg" / "store" / "rows.py").write_text("def n(db):\n    return db.scalar('SELECT 1')\n")
@@ -120,6 +125,9 @@ def test_the_sql_finder_finds_statements_and_calls(tmp_path: Path) -> None:
     assert import_graph.sql_outside(root=tmp_path, package="pkg") == [
         "pkg/a.py:1: 'SELECT id FROM chunks'",
         "pkg/a.py:6: con.execute(...)",
+    ]
+    assert import_graph.sql_outside(root=tmp_path, package="pkg", elsewhere=["pkg/a.py:n"]) == [
+        "pkg/a.py:1: 'SELECT id FROM chunks'"
     ]
 
 

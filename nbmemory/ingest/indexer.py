@@ -29,7 +29,7 @@ from nbmemory.ingest.chunking import chunk_file, kind_of
 from nbmemory.ingest.redact import redact
 from nbmemory.progress import IndexMeter
 from nbmemory.store import chunks as chunk_rows
-from nbmemory.store import fts, passages, vectors
+from nbmemory.store import documents, fts, passages, vectors
 from nbmemory.store.db import Database, utcnow
 
 if TYPE_CHECKING:
@@ -256,17 +256,15 @@ class Indexer:
 
         for root in roots:
             files.extend(walk(root, unlisted))
-        sql = "SELECT id, path, content_hash, mtime, size, forgotten_at FROM documents WHERE namespace = ?"
-        params: list[object] = [namespace]
         names = [str(f) for f in files]
-        if not any(root.is_dir() for root in roots) and all(shown_path(name) == name for name in names):
-            # Files named one by one (a live batch): only theirs, not every document's. (A name
-            # that is not UTF-8 cannot be a parameter; _plan skips that file with its reason.)
-            sql += " AND path IN (SELECT unnest(?::VARCHAR[]))"
-            params.append(names)
+        # Files named one by one (a live batch): only theirs, not every document's. (A name
+        # that is not UTF-8 cannot be a parameter; _plan skips that file with its reason.)
+        one_by_one = not any(root.is_dir() for root in roots) and all(shown_path(name) == name for name in names)
         known = {
             path: (doc_id, digest, mtime, size, forgotten)
-            for doc_id, path, digest, mtime, size, forgotten in self.db.fetchall(sql, params)
+            for doc_id, path, digest, mtime, size, forgotten in documents.known(
+                self.db, namespace, names if one_by_one else None
+            )
         }
         with vectors.bulk_load(self.db, self._is_bulk(files, known)):
             self._index_files(files, namespace, known, report)
@@ -384,10 +382,7 @@ class Indexer:
         digest = hashlib.sha256(data).hexdigest()
         if known is not None and known[1] == digest:
             # Touched but not changed: remember the new mtime so the fast path works next time.
-            self.db.execute(
-                "UPDATE documents SET mtime = ?, size = ? WHERE id = ?",
-                [st.st_mtime, st.st_size, known[0]],
-            )
+            documents.touch(self.db, known[0], st.st_mtime, st.st_size)
             report.files_unchanged += 1
             return None
         try:
@@ -448,11 +443,7 @@ class Indexer:
     def _stored_chunks(self, doc_ids: list[int]) -> _Chunks:
         stored: _Chunks = defaultdict(lambda: defaultdict(list))
         if doc_ids:
-            for cid, doc_id, digest in self.db.fetchall(
-                "SELECT id, doc_id, content_hash FROM chunks WHERE doc_id IN "
-                "(SELECT unnest(?::BIGINT[])) ORDER BY id",
-                [doc_ids],
-            ):
+            for cid, doc_id, digest in documents.chunks_of(self.db, doc_ids):
                 stored[int(doc_id)][digest].append(int(cid))
         return stored
 
@@ -463,12 +454,7 @@ class Indexer:
             return {}
         return {
             digest: np.asarray(vec, dtype=np.float32)
-            for digest, vec in self.db.fetchall(
-                "SELECT c.content_hash, any_value(v.vec) FROM chunks c JOIN vectors v "
-                "ON v.chunk_id = c.id WHERE c.content_hash IN (SELECT unnest(?::VARCHAR[])) "
-                "GROUP BY c.content_hash",
-                [wanted],
-            )
+            for digest, vec in documents.vector_of_each(self.db, wanted)
         }
 
     def _still_to_write(self, plans: list[_FilePlan], namespace: str, report: IndexReport) -> list[_FilePlan]:
@@ -479,10 +465,8 @@ class Indexer:
         later save, or that was forgotten meanwhile, is left as it is."""
         current = {
             str(path): (int(doc_id), str(digest), mtime, forgotten is not None)
-            for doc_id, path, digest, mtime, forgotten in self.db.fetchall(
-                "SELECT id, path, content_hash, mtime, forgotten_at FROM documents "
-                "WHERE namespace = ? AND path IN (SELECT unnest(?::VARCHAR[]))",
-                [namespace, [plan.path for plan in plans]],
+            for doc_id, path, digest, mtime, forgotten in documents.current(
+                self.db, namespace, [plan.path for plan in plans]
             )
         }
         writing = []
@@ -635,17 +619,8 @@ class Indexer:
         if not gone_docs:
             return
         with self.db.transaction():
-            ids = [
-                int(r[0])
-                for r in self.db.fetchall(
-                    "SELECT id FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))",
-                    [gone_docs],
-                )
-            ]
+            ids = documents.chunk_ids_of(self.db, gone_docs)
             chunk_rows.purge(self.db, ids)
-            self.db.execute(
-                "DELETE FROM documents WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                [gone_docs],
-            )
+            documents.delete(self.db, gone_docs)
         report.files_removed += len(gone_docs)
         report.chunks_removed += len(ids)

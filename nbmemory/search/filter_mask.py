@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nbmemory.search.filters import Filters
+from nbmemory.store import index_reads
 
 #: Columns coded over their distinct values, and what is read for each (the tags as JSON text:
 #: one string per distinct list, decoded once per distinct value).
@@ -140,7 +141,7 @@ class Columns:
     @staticmethod
     def present_in(con: Any) -> list[str]:
         """The filter columns the chunks table has, through ``con``."""
-        names = {d[0] for d in con.execute("SELECT * FROM chunks LIMIT 0").description}
+        names = set(index_reads.chunk_columns(con))
         return [c for c in (*CODED, *TIMES) if c in names]
 
     def select(self) -> str:

@@ -42,7 +42,7 @@ from nbmemory import long_lived
 from nbmemory.search import filter_mask
 from nbmemory.search import screen as screen_mod
 from nbmemory.search.filters import Filters
-from nbmemory.store import fts, vectors
+from nbmemory.store import fts, index_reads, vectors
 from nbmemory.store import rows as row_store
 from nbmemory.store.db import INDEX_KEY as _KEY
 from nbmemory.store.db import Database
@@ -198,9 +198,7 @@ class HotIndex:
             con = db.snapshot()
         try:
             self.columns = filter_mask.Columns(filter_mask.Columns.present_in(con))
-            chunks = con.execute(
-                f"SELECT id, deleted_at IS NULL AS live, seq{self.columns.select()} FROM chunks ORDER BY id"
-            ).to_arrow_table()
+            chunks = index_reads.chunk_flags(con, self.columns.select())
             self.ids = chunks.column("id").to_numpy().astype(np.int64)
             self.n = len(self.ids)
             self.live = chunks.column("live").to_numpy(zero_copy_only=False).astype(bool)
@@ -231,7 +229,7 @@ class HotIndex:
         self.has_vec = np.zeros(self.n, dtype=bool)
         if not has_vectors:
             return
-        table = con.execute("SELECT chunk_id, vec FROM vectors").to_arrow_table()
+        table = index_reads.vector_table(con)
         dim = int(table.schema.field("vec").type.list_size)
         self.mat = self._mat_rows = np.zeros((self.n, dim), dtype=np.float32)
         if table.num_rows == 0 or self.n == 0:
@@ -255,10 +253,10 @@ class HotIndex:
             return
         self.terms = {
             str(term): (int(tid), int(df))
-            for term, tid, df in con.execute(f"SELECT term, termid, df FROM {fts.FTS_SCHEMA}.dict").fetchall()
+            for term, tid, df in index_reads.terms(con)
         }
         # fts_postings is sorted by (termid, chunk_id): one CSR row per term id.
-        post = con.execute("SELECT termid, chunk_id, tf, len FROM fts_postings").to_arrow_table()
+        post = index_reads.postings(con)
         termids = post.column("termid").to_numpy()
         rows, found = self.rows_of(post.column("chunk_id").to_numpy())
         size = (max(tid for tid, _ in self.terms.values()) + 1) if self.terms else 0
@@ -278,15 +276,7 @@ class HotIndex:
     def _add_delta(self, con: Any, chunk_ids: list[int] | None) -> None:
         """Add the delta postings of ``chunk_ids`` (all when None) as the table holds them now.
         Linear in the postings read."""
-        sql = (
-            f"SELECT term, chunk_id, sum(CASE WHEN field = 0 THEN tf ELSE {fts.HEADING_WEIGHT} * tf END)::DOUBLE "
-            "AS tf FROM fts_delta{where} GROUP BY term, chunk_id ORDER BY term, chunk_id"
-        )
-        lengths_sql = "SELECT chunk_id, len FROM fts_delta_docs{where}"
-        where, params = "", None
-        if chunk_ids is not None:
-            where, params = " WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))", [chunk_ids]
-        table = con.execute(sql.format(where=where), params).to_arrow_table()
+        table = index_reads.delta_postings(con, chunk_ids)
         if not table.num_rows:
             return
         # One string object per term, shared by every posting's entry in ``of_chunk``.
@@ -294,7 +284,7 @@ class HotIndex:
         chunks = table.column("chunk_id").to_numpy()
         rows, found = self.rows_of(chunks)
         tfs = table.column("tf").to_numpy()
-        lengths = con.execute(lengths_sql.format(where=where), params).to_arrow_table()
+        lengths = index_reads.delta_lengths(con, chunk_ids)
         length = np.zeros(len(chunks), dtype=np.float64)
         by_chunk = dict(zip(lengths.column("chunk_id").to_pylist(), lengths.column("len").to_pylist(), strict=True))
         length[:] = [by_chunk.get(c, 0) for c in chunks.tolist()]
@@ -375,11 +365,7 @@ class HotIndex:
         self.pending_rows.clear()
         self.columns.masks.clear()  # liveness or the filter columns change below
         self.columns.derived.clear()
-        table = db.execute(
-            f"SELECT id, deleted_at IS NULL AS live, seq{self.columns.select()} FROM chunks "
-            "WHERE id IN (SELECT unnest(?::BIGINT[])) ORDER BY id",
-            [changed.tolist() + also],
-        ).to_arrow_table()
+        table = index_reads.chunk_flags_of(db, self.columns.select(), changed.tolist() + also)
         read_ids = table.column("id").to_numpy().astype(np.int64)
         state = dict(
             zip(
@@ -492,9 +478,7 @@ class HotIndex:
         """Mask of the live rows matching a condition on alias ``c`` (the chunks table), read
         through SQL."""
         mask = np.zeros(self.n, dtype=bool)
-        table = db.execute(
-            f"SELECT c.id FROM chunks c WHERE c.deleted_at IS NULL AND ({where})", params
-        ).to_arrow_table()
+        table = index_reads.live_ids_where(db, where, params)
         at, found = self.rows_of(table.column("id").to_numpy())
         mask[at[found]] = True
         return mask & self.live
@@ -778,7 +762,7 @@ def serving(db: Database) -> HotIndex | None:
     if not isinstance(index, HotIndex):
         index = HotIndex()
         db.cache[_KEY] = index
-        if int(db.scalar("SELECT count(*) FROM chunks")) > SYNC_BUILD_ROWS:
+        if index_reads.chunk_count(db) > SYNC_BUILD_ROWS:
             _start_build(db, index)
             return None
         index.build(db, late_screen=True)

@@ -30,7 +30,7 @@ import numpy as np
 from nbmemory.embed.base import Embedder, normalise
 from nbmemory.search import hot
 from nbmemory.search.vector import nearest, stored
-from nbmemory.store import item_rows, passages
+from nbmemory.store import item_rows, passages, search_reads
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, fetch_rows
 
@@ -81,7 +81,7 @@ def forget(db: Database, fingerprint: str) -> None:
     (after its passages were made another way, say)."""
     key = _key(fingerprint)
     db.cache.pop(key, None)
-    db.execute("DELETE FROM meta WHERE key = ?", [key])
+    db.delete_meta(key)
 
 
 def near_miss(db: Database, embedder: Embedder) -> NearMiss | None:
@@ -139,12 +139,7 @@ def _titles(db: Database) -> dict[str, tuple[str, int]]:
     Items remembered without one are left out: their first line is most of their text, and the
     same fact remembered several ways would read as a neighbour of every title. So are headings
     more than :data:`MAX_SHARED_TITLE` sources share."""
-    rows = db.fetchall(
-        """
-        SELECT source, arg_min(heading, ordinal), arg_min(id, ordinal) FROM chunks
-        WHERE deleted_at IS NULL AND source IS NOT NULL GROUP BY source
-        """
-    )
+    rows = search_reads.first_headings(db)
     titles = {}
     for source, heading, first in rows:
         title = (heading or "").split(" > ")[0].strip()

@@ -12,7 +12,7 @@ from nbmemory.search import decay
 from nbmemory.search.vector import stored
 from nbmemory.store.chunks import embedding_text
 from nbmemory.store.db import Database
-from nbmemory.store.rows import CandidateRow, fetch_rows
+from nbmemory.store.rows import CandidateRow, fetch_rows, recency_rows
 from nbmemory.store.vectors import Rows
 
 
@@ -137,10 +137,7 @@ class Pool:
         which does not invalidate the rows held for searches."""
         if not self.ids:
             return {}
-        found = self.db.fetchall(
-            "SELECT id, created_at, last_retrieved_at, importance, retrieval_count, pinned FROM chunks "
-            f"WHERE id IN ({', '.join(str(int(i)) for i in self.ids)}) AND deleted_at IS NULL"
-        )
+        found = recency_rows(self.db, self.ids)
         return {
             int(i): decay.ItemSignals(created, retrieved, float(importance), int(count), bool(pinned))
             for i, created, retrieved, importance, count, pinned in found

@@ -63,19 +63,11 @@ def require_words(query: str) -> str:
 def prefix_terms(db: Database, prefix: str, most: int = MAX_EXPANSIONS) -> list[str]:
     """The index terms (stems) that begin with ``prefix``, the most frequent first (by the
     number of chunks holding them, snapshot and delta together); at most ``most``."""
-    from nbmemory.store import fts
+    from nbmemory.store import fts, index_reads
 
     if not prefix or not fts.index_exists(db):
         return []
-    rows = db.fetchall(
-        "SELECT term, sum(df) AS df FROM ("
-        f"  SELECT term, df FROM {fts.FTS_SCHEMA}.dict WHERE starts_with(term, ?)"
-        "  UNION ALL"
-        "  SELECT term, count(DISTINCT chunk_id) FROM fts_delta WHERE starts_with(term, ?) GROUP BY term"
-        ") GROUP BY term ORDER BY df DESC, term LIMIT ?",
-        [prefix, prefix, most],
-    )
-    return [str(r[0]) for r in rows]
+    return index_reads.prefix_terms(db, prefix, most)
 
 
 def expand_last_word(db: Database, query: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nbmemory.store import search_reads
 from nbmemory.store.db import Database
 
 if TYPE_CHECKING:
@@ -19,13 +20,7 @@ def superseded_by(db: Database, ids: list[int]) -> dict[int, int]:
     """
     if not ids or not _any_links(db):
         return {}
-    rows = db.fetchall(
-        "SELECT l.dst, l.src FROM links l JOIN chunks c ON c.id = l.src "
-        "WHERE l.type = 'supersedes' AND c.deleted_at IS NULL AND l.dst IN (SELECT unnest(?::BIGINT[])) "
-        "ORDER BY c.created_at, l.src",
-        [ids],
-    )
-    return {int(old): int(new) for old, new in rows}
+    return {int(old): int(new) for old, new in search_reads.superseding(db, ids)}
 
 
 def demote(order: list[tuple[int, float]], newer: dict[int, int]) -> list[tuple[int, float]]:
@@ -95,6 +90,6 @@ def _any_links(db: Database) -> bool:
     # have none, and the question costs a statement per search.
     cached = db.cache.get("supersedes_links")
     if not isinstance(cached, bool):
-        cached = bool(db.scalar("SELECT count(*) FROM links WHERE type = 'supersedes'"))
+        cached = search_reads.any_supersedes_links(db)
         db.cache["supersedes_links"] = cached
     return cached

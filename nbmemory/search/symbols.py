@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from nbmemory.store import search_reads
 from nbmemory.store.db import Database
 from nbmemory.store.rows import CandidateRow, HitRow, fetch_rows, preloaded
 
@@ -215,12 +216,7 @@ def holders(
         if keep is not None:
             out[name] = (keep(everything), len(everything))
             continue
-        allowed = db.fetchall(
-            f"SELECT c.id FROM chunks c WHERE c.id IN ({', '.join(map(str, everything))}) "
-            f"AND c.deleted_at IS NULL AND ({where}) ORDER BY c.id",
-            params,
-        )
-        out[name] = ([int(r[0]) for r in allowed], len(everything))
+        out[name] = (search_reads.allowed_sorted(db, everything, where, params), len(everything))
     return out
 
 
@@ -235,11 +231,7 @@ def _scanned(db: Database, symbol: str, where: str, params: list[Any]) -> tuple[
         )
     else:
         found, args = "contains(c.text, ?) OR contains(c.heading, ?)", [symbol, symbol]
-    rows = db.fetchall(
-        f"SELECT c.id, ({where}) AS allowed, c.heading, c.text FROM chunks c "
-        f"WHERE c.deleted_at IS NULL AND ({found}) ORDER BY c.id",
-        [*params, *args],
-    )
+    rows = search_reads.text_matches(db, found, args, where, params)
     written = pattern(symbol)
     held = [(int(i), bool(ok)) for i, ok, heading, text in rows if written.search(f"{heading}\n{text}")]
     return [i for i, ok in held if ok], len(held)

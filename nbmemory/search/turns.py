@@ -40,6 +40,7 @@ import numpy as np
 
 from nbmemory.search import filter_mask, hot
 from nbmemory.search.filters import Filters
+from nbmemory.store import search_reads
 from nbmemory.store.db import Database
 from nbmemory.store.rows import HitRow, fetch_rows
 
@@ -276,21 +277,7 @@ def _neighbours_held(index: hot.HotIndex, ids: list[int]) -> dict[int, tuple[int
 
 
 def _neighbours_sql(db: Database, ids: list[int]) -> dict[int, tuple[int, ...]]:
-    found = db.fetchall(
-        """
-        WITH wanted AS (
-            SELECT DISTINCT namespace, conversation FROM chunks
-            WHERE id IN (SELECT unnest(?::BIGINT[])) AND conversation IS NOT NULL
-        )
-        SELECT id, prev, next FROM (
-            SELECT c.id, lag(c.id) OVER w AS prev, lead(c.id) OVER w AS next
-            FROM chunks c JOIN wanted USING (namespace, conversation)
-            WHERE c.deleted_at IS NULL
-            WINDOW w AS (PARTITION BY c.namespace, c.conversation ORDER BY c.event_at NULLS LAST, c.id)
-        ) WHERE id IN (SELECT unnest(?::BIGINT[]))
-        """,
-        [ids, ids],
-    )
+    found = search_reads.turn_neighbours(db, ids)
     return {int(i): tuple(int(j) for j in (prev, nxt) if j is not None) for i, prev, nxt in found}
 
 
@@ -301,11 +288,4 @@ def _allowed(db: Database, filters: Filters, ids: list[int]) -> list[int]:
         if index is not None:
             mask = index.allowed(db, filters)
             return ids if mask is None else index.kept(mask, ids)
-    where, params = filters.sql()
-    return [
-        int(r[0])
-        for r in db.fetchall(
-            f"SELECT c.id FROM chunks c WHERE c.id IN (SELECT unnest(?::BIGINT[])) AND c.deleted_at IS NULL AND ({where})",
-            [ids, *params],
-        )
-    ]
+    return search_reads.allowed_ids(db, ids, *filters.sql())

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from nbmemory.search import filter_mask, hot
 from nbmemory.search.filters import Filters
 from nbmemory.search.turns import MONTHS
+from nbmemory.store import search_reads
 from nbmemory.store.db import Database
 
 _UNITS = {"day": 1, "week": 7}
@@ -123,10 +124,4 @@ def happened_in(db: Database, filters: Filters, window: Window) -> int:
             if allowed is not None:
                 ok &= allowed
             return int(ok.sum())
-    where, params = filters.sql()
-    return int(
-        db.scalar(
-            f"SELECT count(*) FROM chunks c WHERE c.deleted_at IS NULL AND c.event_at >= ? AND c.event_at < ? AND ({where})",
-            [window.since, window.until, *params],
-        )
-    )
+    return search_reads.count_said_between(db, window.since, window.until, *filters.sql())

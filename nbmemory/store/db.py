@@ -330,6 +330,9 @@ class Database:
             [key, str(value)],
         )
 
+    def delete_meta(self, key: str) -> None:
+        self.execute("DELETE FROM meta WHERE key = ?", [key])
+
     def table_exists(self, name: str, schema: str = "main") -> bool:
         return bool(
             self.scalar(

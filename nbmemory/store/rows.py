@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -73,6 +74,15 @@ def preloaded(db: Database) -> dict[int, CandidateRow] | None:
     them all; rows written since are in :attr:`Database.dirty_rows`. None when not held."""
     held = db.cache.get("preloaded_rows")
     return held[1] if isinstance(held, tuple) and held[0] == db.row_epoch else None
+
+
+def recency_rows(db: Database, ids: Sequence[int]) -> list[tuple[Any, ...]]:
+    """``(id, created_at, last_retrieved_at, importance, retrieval_count, pinned)`` of the live
+    items among ``ids`` (the ids are written into the statement)."""
+    return db.fetchall(
+        "SELECT id, created_at, last_retrieved_at, importance, retrieval_count, pinned FROM chunks "
+        f"WHERE id IN ({', '.join(str(int(i)) for i in ids)}) AND deleted_at IS NULL"
+    )
 
 
 def fetch_rows(db: Database, ids: list[int], row: type[R]) -> dict[int, R]:
