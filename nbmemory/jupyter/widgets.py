@@ -27,7 +27,7 @@ from nbmemory.items import TIER_MEANING, Hit
 from nbmemory.jupyter import plots
 from nbmemory.jupyter.display import location_html, more_label, parts_text, tier_html
 from nbmemory.jupyter.notebook_context import Links
-from nbmemory.options import CLOSEST, KINDS, WEAK_LABEL, plural, score_scale
+from nbmemory.options import CLOSEST, KINDS, WEAK_LABEL, plural, score_scale, search_arguments
 
 if TYPE_CHECKING:
     from nbmemory.memory import Memory
@@ -311,15 +311,14 @@ class MemoryExplorer(widgets.VBox):
             return None
         try:
             # As-you-type searches are not logged: partial queries would skew retrieval counters.
-            result = self.memory.search(
-                query,
-                k=self.top_k,
-                namespace=self.namespace or None,
-                kind=list(self.kinds) or None,
-                tags=list(self.tags),
-                since=self.since.strip() or None,
-                log=False,
-            )
+            values = {
+                "k": self.top_k,
+                "ns": self.namespace or None,
+                "kind": list(self.kinds),
+                "tag": list(self.tags),
+                "since": self.since.strip() or None,
+            }
+            result = self.memory.search(query, **search_arguments(query, values, most=None), log=False)
         except NbMemoryError as exc:
             self._apply(seq, self.result, f"<span style='color:#b00'>{html.escape(str(exc))}</span>")
             return None
