@@ -339,6 +339,37 @@ def index_section(pages: dict[str, str | bytes]) -> str:
     return "".join(out)
 
 
+def first_index_section() -> str:
+    files = [n for n in ("first-index-notes.json", "first-index-notebooks.json", "first-index-vault-static.json")
+             if (RESULTS / n).exists()]  # fmt: skip
+    out = [
+        "## A first index\n\n",
+        "Made by `python -m bench.ingest.first_index`: a folder indexed into a new memory, the model loaded "
+        "before the clock. *bare pass*: one plain sentence-transformers pass over the very texts the chunks "
+        "embed; *searchable*: until `Memory.index` returns (chunks stored with BM25 and their own vectors); "
+        "*complete*: until `Memory.wait_refined()` returns (every passage stored); the peers' time is the "
+        "ingest time their drivers print. The reading is in [Benchmarks](index.md#a-first-index).\n\n",
+        "| shape | system | files | chunks | seconds (bare / peers) | searchable s | complete s | "
+        "searchable files/s | searchable / bare | complete / bare |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    ]
+    commands = []
+    for name in files:
+        data = _load(name)
+        load = f"load {data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after"
+        commands.append(f"`{' '.join(data['command'])}` ({load}, {data['device']})")
+        for run in data["runs"]:
+            cells = [
+                run.get("shape", ""), run["system"], run.get("files", ""), run.get("chunks", ""),
+                run.get("seconds", ""), run.get("searchable_s", ""), run.get("complete_s", ""),
+                run.get("files_per_s_searchable", ""), run.get("searchable_over_bare_pass", ""),
+                run.get("complete_over_bare_pass", ""),
+            ]  # fmt: skip
+            out.append("| " + " | ".join("" if c is None else str(c) for c in cells) + " |\n")
+    if commands:
+        out.append("\nCommands: " + "; ".join(commands) + ".\n")
+    return "".join(out)
+
+
 def live_section() -> str:
     data = _load("live-latency.json")
     out = [
@@ -498,6 +529,7 @@ def results_page(pages: dict[str, str | bytes]) -> str:
         executions_section,
         beir_section,
         lambda: index_section(pages),
+        first_index_section,
         live_section,
         cli_section,
         load_section,
