@@ -61,7 +61,7 @@ def prefixes_for(name: str) -> tuple[str, str]:
     return ("", "")
 
 
-def _fingerprint_dir(path: Path) -> str:
+def fingerprint_dir(path: Path) -> str:
     """Hash of a model folder's configs plus its weight files' sizes and first megabyte."""
     digest = hashlib.sha256()
     for file in sorted(path.rglob("*")):
@@ -190,7 +190,7 @@ class SentenceTransformerEmbedder:
         # Local weights are identified by their content, so the same model copied to another
         # folder keeps its vectors; a hub name is identified by the name alone.
         source = (
-            _fingerprint_dir(self._path) if self._path is not None and self._path.is_dir() else self._name
+            fingerprint_dir(self._path) if self._path is not None and self._path.is_dir() else self._name
         )
         base = f"{source}|dim={self._dim}|q={self.query_prefix}|d={self.document_prefix}"
         return hashlib.sha256(base.encode()).hexdigest()[:20]

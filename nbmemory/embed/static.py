@@ -9,8 +9,9 @@ token's rank, the vocabulary being in frequency order).
 
 ``NBMEMORY_MODEL=static`` (or ``static:NAME`` for another sentence-transformers model) chooses it.
 The distilled table is made at first use, offline, in about a minute on two cores, and kept under
-the cache folder by the source model's fingerprint; its own fingerprint differs from the source
-model's, so a memory switched to it (or back) is re-embedded like any change of model.
+the cache folder by the content of the source model's folder, so a later open reads it without
+loading the model. Its own fingerprint differs from the source model's, so a memory switched to it
+(or back) is re-embedded like any change of model.
 """
 
 from __future__ import annotations
@@ -82,6 +83,17 @@ def distill(st_model: Any, log: Callable[[str], None] | None = None) -> tuple[np
     return table.astype(np.float32), hf_tokenizer.backend_tokenizer
 
 
+def _source_key(name: str) -> str:
+    """What names a source model's table: the content of its weights' folder (the bundled model,
+    a local folder), else its name. Read without loading the model, so a cached table opens at once."""
+    from nbmemory.embed.sentence import BUNDLED_NAMES, bundled_model_path, fingerprint_dir
+
+    local = bundled_model_path() if name in BUNDLED_NAMES else Path(name).expanduser()
+    if local.is_dir():
+        return fingerprint_dir(local)
+    return hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
 class StaticEmbedder:
     """Embeds with a static table distilled from a sentence-transformers model.
 
@@ -110,14 +122,14 @@ class StaticEmbedder:
             from nbmemory.config import cache_folder
 
             folder = cache_folder("static-models")
-        # The source is identified by its weights' fingerprint, as a memory identifies it.
-        source = SentenceTransformerEmbedder(source_of(model), device="cpu")
-        where = folder / f"{source.fingerprint}-{METHOD_VERSION}"
+        where = folder / f"{_source_key(source_of(model))}-{METHOD_VERSION}"
         table_file, tokenizer_file = where / "table.npy", where / "tokenizer.json"
         if not (table_file.exists() and tokenizer_file.exists()):
             if log is not None:
                 log(f"distilling a static model from {source_of(model)} (once, offline)")
+            source = SentenceTransformerEmbedder(source_of(model), device="cpu")
             table, tokenizer = distill(source.model, log)
+            del source
             where.mkdir(parents=True, exist_ok=True)
             np.save(where / "table.tmp.npy", table)
             tokenizer.save(str(where / "tokenizer.tmp.json"))
@@ -126,7 +138,6 @@ class StaticEmbedder:
             (where / "about.json").write_text(
                 json.dumps({"source": source_of(model), "method": METHOD_VERSION}), encoding="utf-8"
             )
-        del source
         from tokenizers import Tokenizer
 
         self._table = np.load(table_file)

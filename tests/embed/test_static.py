@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from nbmemory import Memory
+from nbmemory.embed.sentence import SentenceTransformerEmbedder
 from nbmemory.embed.static import StaticEmbedder, is_static, source_of
 from nbmemory.errors import ModelNotFoundError
 
@@ -32,10 +33,15 @@ def test_the_setting_names_a_static_model_and_its_source() -> None:
 
 
 def test_it_is_distilled_once_and_read_back_with_the_same_vectors(
-    distilled: tuple[StaticEmbedder, Path, list[str]],
+    distilled: tuple[StaticEmbedder, Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, folder, said = distilled
     assert any("distilling" in line for line in said)
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cached table is read without loading the source model")
+
+    monkeypatch.setattr(SentenceTransformerEmbedder, "__init__", no_model)
     again: list[str] = []
     second = StaticEmbedder("static", folder=folder, log=again.append)
     assert again == []  # read from the cache, not distilled again
