@@ -25,23 +25,31 @@ _PACKAGES = {"fts": "duckdb_extension_fts", "vss": "duckdb_extension_vss"}
 
 @functools.cache  # one lookup per process: every store open asks (a missing package raises, uncached)
 def extension_path(name: str) -> Path:
-    """Path of the ``name`` extension file matching the installed duckdb version."""
-    package = _PACKAGES[name]
+    """Path of the ``name`` extension file (fts, vss) matching the installed duckdb version."""
+    return packaged_extension(_PACKAGES[name], name)
+
+
+def packaged_extension(package: str, filename: str, extra: str | None = None) -> Path:
+    """Path of ``<filename>.duckdb_extension`` in the PyPI package ``package`` for the installed
+    duckdb version; ``extra``: the nbmemory extra that brings the package, named when it is missing."""
+    pip_name = package.replace("_", "-")
     try:
         module = importlib.import_module(package)
     except ImportError:
-        raise StoreError(
-            f"DuckDB extension package {package!r} is missing: "
-            f"pip install {package.replace('_', '-')}=={duckdb.__version__}"
-        ) from None
+        install = (
+            f"pip install 'nbmemory[{extra}]' (or {pip_name}=={duckdb.__version__})"
+            if extra
+            else (f"pip install {pip_name}=={duckdb.__version__}")
+        )
+        raise StoreError(f"DuckDB extension package {package!r} is missing: {install}") from None
     folder = Path(str(importlib.resources.files(module))) / "extensions" / f"v{duckdb.__version__}"
-    path = folder / f"{name}.duckdb_extension"
+    path = folder / f"{filename}.duckdb_extension"
     if not path.exists():
         found = sorted(p.name for p in (folder.parent.iterdir() if folder.parent.exists() else []))
         raise StoreError(
             f"{package} has no build for duckdb {duckdb.__version__} (it has {found}); "
             f"install matching versions: pip install duckdb=={duckdb.__version__} "
-            f"{package.replace('_', '-')}=={duckdb.__version__}"
+            f"{pip_name}=={duckdb.__version__}"
         )
     return path
 

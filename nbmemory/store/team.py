@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
-import importlib.resources
 import os
 import re
 import secrets
@@ -35,6 +33,7 @@ import numpy as np
 
 from nbmemory.config import cache_folder
 from nbmemory.errors import StoreError, TeamAccessError
+from nbmemory.store.extensions import packaged_extension
 
 #: Namespaces that live in the team's lake start with this; every other namespace is personal.
 TEAM_PREFIX = "team:"
@@ -140,20 +139,7 @@ def extension_files() -> tuple[Path, ...]:
     """
     files = []
     for package, filename, name in _EXTENSIONS:
-        try:
-            module = importlib.import_module(package)
-        except ImportError:
-            raise StoreError(
-                f"a team memory needs the DuckDB extension package {package!r}: "
-                f"pip install 'nbmemory[team]' (or {package.replace('_', '-')}=={duckdb.__version__})"
-            ) from None
-        folder = Path(str(importlib.resources.files(module))) / "extensions" / f"v{duckdb.__version__}"
-        path = folder / f"{filename}.duckdb_extension"
-        if not path.exists():
-            raise StoreError(
-                f"{package} has no build for duckdb {duckdb.__version__}: "
-                f"pip install {package.replace('_', '-')}=={duckdb.__version__}"
-            )
+        path = packaged_extension(package, filename, extra="team")
         if filename != name:
             link = cache_folder("duckdb-extensions", f"v{duckdb.__version__}") / f"{name}.duckdb_extension"
             if not link.is_symlink() or link.resolve() != path.resolve():
