@@ -158,9 +158,10 @@ class Memory:
 
     def _replica(self, path: Path, home: Path, embedder: Embedder) -> Memory:
         """Opens the local replica of the team's lake: a memory file of its own, searched like this one."""
-        settings = Settings(home=home, passages=False)
-        # team="": the replica attaches no team, whatever NBMEMORY_TEAM says.
-        return Memory(path, embedder=embedder, settings=settings, refine="inline", team="")
+        # Passages as a personal file has them (made in the background), so a team hit ranks as
+        # the same text would here; team="": the replica attaches no team, whatever NBMEMORY_TEAM says.
+        settings = Settings(home=home, passages=self.settings.passages)
+        return Memory(path, embedder=embedder, settings=settings, refine="background", team="")
 
     def _team_for(self, namespace: str | None) -> team_memory.Team | None:
         """The team when ``namespace`` (or the default) is a team namespace, None for a personal one."""
@@ -185,20 +186,19 @@ class Memory:
         started = time.perf_counter()
         if not paths:
             raise ConfigError("index needs at least one file or folder")
-        if self._team_for(namespace) is not None:
-            raise ConfigError(
-                f"index into a team namespace ({namespace!r}) is not supported yet: remember its texts"
-            )
+        if (team := self._team_for(namespace)) is not None:
+            report = team.index(paths, str(namespace or self.settings.namespace), self._max_bytes, self._log)
+            report.seconds = time.perf_counter() - started
+            return report
         with index_bar(self.show_progress and progress is None) as bar:
             meter = IndexMeter(fitted(progress) if progress is not None else bar, started=started)
             meter.phase("loading the model")
             with self._model.writing() as embedder:
-                max_bytes = int(self.settings.max_file_mb * 1e6)
                 defer = self._refiner is not None
                 indexer = Indexer(
                     self.db,
                     embedder,
-                    max_bytes,
+                    self._max_bytes,
                     meter=meter,
                     log=self._log,
                     passages=self.settings.passages,
@@ -238,12 +238,35 @@ class Memory:
             yield lambda contents: None
 
     @property
+    def _max_bytes(self) -> int:
+        return int(self.settings.max_file_mb * 1e6)
+
+    @contextlib.contextmanager
+    def refining_after(self) -> Iterator[None]:
+        """Around a write made beside the facade (a team replica's rows): the passages of the
+        prose it stores are made after it, in the background (or at its end, inline)."""
+        if not self.settings.passages:
+            yield
+        elif self._refiner is not None:
+            with self._refiner.writing(self.embedder.fingerprint):
+                yield
+        else:
+            yield
+            self.wait_refined()
+
+    @property
     def refining(self) -> bool:
         """Whether the background refiner has passages to make (an owner that stops when idle
         waits for it)."""
         return self._refiner is not None and self._refiner.busy
 
     def wait_refined(self, timeout: float | None = None) -> bool:
+        if self._team is not None:
+            started = time.monotonic()
+            if not self._team.wait_refined(timeout):
+                return False
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
         if not self.settings.passages:
             return True
         embedder = self._require_model_match()  # a file of another model is re-embedded first
@@ -439,6 +462,8 @@ class Memory:
         return [by_key[executions.run_key(row, source)] for row, source in rows]
 
     def get(self, item_id: int, *, touch: bool = True, include_forgotten: bool = False) -> Item:
+        if self._team is not None and team_memory.is_team_id(item_id):
+            return self._team.get(item_id)
         self.flush()
         return item_rows.get(self.db, item_id, touch=touch, include_forgotten=include_forgotten)
 
@@ -462,10 +487,14 @@ class Memory:
             event["speaker"] = validate.turn_field(speaker, "speaker")
         if conversation is not None:
             event["conversation"] = validate.turn_field(conversation, "conversation")
-        item = self.get(item_id, touch=False)
         clean_tags = None if tags is None else validate.clean_tags(tags)
         if importance is not None:
             validate.check_importance(importance)
+        if self._team is not None and team_memory.is_team_id(item_id):
+            if pinned is not None:
+                raise ConfigError("team items cannot be pinned: a pin is personal")
+            return self._team.update(item_id, text, clean_tags, importance, event)
+        item = self.get(item_id, touch=False)
         new_text = None
         changed = text is not None and bool(text.strip()) and text.strip() != item.text
         if changed:
@@ -672,6 +701,8 @@ class Memory:
             stats["refine"] = self._refiner.progress(fingerprint)
         else:
             stats["refine"] = refine_progress(self.db, fingerprint)
+        if self._team is not None:
+            stats["team"] = self._team.status()
         return stats
 
     def doctor(self, repair: bool = False) -> DoctorReport:

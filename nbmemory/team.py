@@ -15,6 +15,7 @@ a row made by the model in use is not embedded again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -29,17 +30,30 @@ import numpy as np
 
 from nbmemory.config import cache_folder
 from nbmemory.embed.base import Embedder
-from nbmemory.errors import ConfigError
+from nbmemory.errors import ConfigError, NotFoundError, StoreError, TeamAccessError
+from nbmemory.ingest.indexer import Indexer, IndexReport, batch_chunks, shown_path, walk
+from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
 from nbmemory.items import Item
 from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import team_replica
 from nbmemory.store.db import Database, utcnow
-from nbmemory.store.team import TEAM_PREFIX, LakeRow, TeamLake, is_team_id, is_team_namespace, new_ids
+from nbmemory.store.team import (
+    TEAM_PREFIX,
+    LakeRow,
+    TeamLake,
+    catalog_label,
+    is_team_id,
+    is_team_namespace,
+    new_ids,
+)
 
 #: How often, at most, a search asks the lake for new snapshots (seconds).
 REFRESH_S = 1.0
+#: How often, at most, a search tries again to reach a lake it could not reach (seconds): each
+#: try may wait for the catalog's connect timeout.
+RETRY_S = 30.0
 ENV = "NBMEMORY_TEAM"
 __all__ = [
     "TEAM_PREFIX",
@@ -120,6 +134,10 @@ class SearchesMemory(Protocol):
 
     def close(self) -> None: ...
 
+    def wait_refined(self, timeout: float | None = None) -> bool: ...
+
+    def refining_after(self) -> contextlib.AbstractContextManager[None]: ...
+
 
 #: Opens the replica file: (path, home folder, embedder) -> a memory that searches it.
 OpenReplica = Callable[[Path, Path, Embedder], SearchesMemory]
@@ -150,7 +168,12 @@ class Team:
     ) -> None:
         self.config = config
         self.personal = Path(personal).expanduser().absolute()
-        self.lake = TeamLake(config.catalog, config.data_path)
+        self.label = catalog_label(config.catalog)
+        self._lake: TeamLake | None = None
+        #: Why the lake cannot be reached now (None: it can): searches then use the replica as
+        #: of the last snapshot it applied, writes are refused.
+        self.unreachable: str | None = None
+        self._tried_at = 0.0
         self._embedder = embedder
         self._open_replica = open_replica
         self._replica: SearchesMemory | None = None
@@ -162,6 +185,53 @@ class Team:
         self.changes_applied = 0
         self.snapshots_read = 0
         self.full_reads = 0
+        # A role the catalog refuses is told now; a catalog that cannot be reached is noted in
+        # ``unreachable``, and this memory opens on the replica it has.
+        try:
+            self._attach()
+        except TeamAccessError:
+            raise
+        except StoreError:
+            pass  # noted in ``unreachable``
+
+    def _attach(self) -> TeamLake:
+        """The attached lake; raises :class:`StoreError` when it cannot be reached (noted in
+        :attr:`unreachable`) and :class:`TeamAccessError` when this role may not read it."""
+        with self._lock:
+            if self._lake is None:
+                self._tried_at = time.monotonic()
+                try:
+                    self._lake = TeamLake(self.config.catalog, self.config.data_path)
+                except TeamAccessError:
+                    raise
+                except StoreError as exc:
+                    self.unreachable = str(exc)
+                    raise
+                self.unreachable = None
+            return self._lake
+
+    @property
+    def lake(self) -> TeamLake:
+        """The lake, attached now if it was not (raises :class:`StoreError` when it cannot be reached)."""
+        try:
+            return self._attach()
+        except TeamAccessError:
+            raise
+        except StoreError:
+            raise StoreError(
+                f"the team catalog {self.label} cannot be reached ({self.unreachable}): nothing was "
+                "written; searches use this machine's copy of the team memory until it answers"
+            ) from None
+
+    def _lost(self, exc: StoreError) -> None:
+        """The lake stopped answering: searches use the replica until a later try reaches it."""
+        with self._lock:
+            self.unreachable = str(exc)
+            self._tried_at = time.monotonic()
+            if self._lake is not None:
+                with contextlib.suppress(Exception):
+                    self._lake.close()
+                self._lake = None
 
     @property
     def replica_path(self) -> Path:
@@ -184,7 +254,25 @@ class Team:
             if self._replica is not None:
                 self._replica.close()
                 self._replica = None
-            self.lake.close()
+            if self._lake is not None:
+                self._lake.close()
+                self._lake = None
+
+    def wait_refined(self, timeout: float | None = None) -> bool:
+        """Until the replica's passages are made (see :meth:`Memory.wait_refined`)."""
+        return self.replica().wait_refined(timeout)
+
+    def status(self) -> dict[str, Any]:
+        """What ``stats`` says of the team: its catalog, the replica's items and snapshot, and
+        whether the lake answers."""
+        replica = self.replica()
+        return {
+            "catalog": self.label,
+            "data_path": self.config.data_path,
+            "items": team_replica.count(replica.db),
+            "snapshot": team_replica.applied_snapshot(replica.db),
+            "unreachable": self.unreachable,
+        }
 
     # -- following the lake ----------------------------------------------------------------
     def refresh(self, force: bool = False) -> int:
@@ -194,13 +282,27 @@ class Team:
             now = time.monotonic()
             if not force and now - self._checked_at < REFRESH_S:
                 return 0
+            if self._lake is None and not force and now - self._tried_at < RETRY_S:
+                return 0  # unreachable a moment ago: the replica as it is
             self._checked_at = now
+            try:
+                return self._follow(self._attach())
+            except TeamAccessError:
+                raise
+            except StoreError as exc:
+                # A write that landed is not undone by a refresh that failed after it: the
+                # replica catches up at a later try.
+                self._lost(exc)
+                return 0
+
+    def _follow(self, lake: TeamLake) -> int:
+        with self._lock:
             db = self.replica().db
-            current = self.lake.current_snapshot()
+            current = lake.current_snapshot()
             applied = team_replica.applied_snapshot(db)
             identity = None
             if not self._identity_checked:
-                identity = self.lake.identity()
+                identity = lake.identity()
                 if team_replica.lake_identity(db) != identity:
                     applied = None  # another lake (or none yet) at this address: read it whole
                 self._identity_checked = True
@@ -208,21 +310,25 @@ class Team:
                 return 0
             if applied is not None:
                 try:
-                    changes = self.lake.changes(applied, current)
+                    changes = lake.changes(applied, current)
                 except LookupError:  # the snapshots it needs were expired: read the lake again
                     applied = None
             if applied is None:
-                rows = self.lake.read_all(current)
-                self._apply(db, rows, [], current, reset=True, identity=identity or self.lake.identity())
+                rows = lake.read_all(current)
+                self._apply(db, rows, [], current, reset=True, identity=identity or lake.identity())
                 self.full_reads += 1
                 return len(rows)
-            # The net effect of the range, by id: the last change of an item wins.
+            # The net effect of the range, by id: the last change of an item wins; an item
+            # deleted and inserted again (an update) is replaced.
             last: dict[int, LakeRow | None] = {}
             for change in changes:
                 last[change.row.id] = change.row if change.kind == "insert" else None
+            rewritten = {c.row.id for c in changes if c.kind == "delete"}
             held = team_replica.present(db, list(last))
-            inserted = [row for i, row in last.items() if row is not None and i not in held]
-            deleted = [i for i, row in last.items() if row is None and i in held]
+            inserted = [
+                row for i, row in last.items() if row is not None and (i not in held or i in rewritten)
+            ]
+            deleted = [i for i, row in last.items() if i in held and (row is None or i in rewritten)]
             self._apply(db, inserted, deleted, current)
             self.changes_applied += len(changes)
             self.snapshots_read += current - applied
@@ -237,7 +343,11 @@ class Team:
         reset: bool = False,
         identity: str | None = None,
     ) -> None:
-        team_replica.apply(db, rows, self._vectors(rows), deleted, snapshot, reset, identity)
+        vecs = self._vectors(rows)
+        # The replica's passages (sentence windows) of new prose follow in its background refiner,
+        # as a personal file's do: team hits then rank as personal ones of the same text.
+        with self.replica().refining_after():
+            team_replica.apply(db, rows, vecs, deleted, snapshot, reset, identity)
 
     def _vectors(self, rows: Sequence[LakeRow]) -> np.ndarray:
         """The rows' vectors: the lake's own where the model in use made them, else embedded here."""
@@ -283,10 +393,17 @@ class Team:
         chunks = remembered_rows(
             texts, namespace, tags, importance, sources, headings, times, speakers, conversations
         )
+        rows = self._lake_rows(ids, chunks)
+        self.lake.insert(rows)
+        self.refresh(force=True)  # this process finds what it wrote at once
+        return [_item(row) for row in rows]
+
+    def _lake_rows(self, ids: Sequence[int], chunks: Sequence[chunk_rows.NewChunk]) -> list[LakeRow]:
+        """``chunks`` embedded with the model in use, as lake rows of ``ids``."""
         embedder = self._embedder()
         vecs = embedder.embed_documents([chunk_rows.embedding_text(r.heading, r.text) for r in chunks])
         now = utcnow()
-        rows = [
+        return [
             LakeRow(
                 id=lake_id,
                 namespace=r.namespace,
@@ -306,9 +423,131 @@ class Team:
             )
             for lake_id, r, vec in zip(ids, chunks, vecs, strict=True)
         ]
-        self.lake.insert(rows)
-        self.refresh(force=True)  # this process finds what it wrote at once
-        return [_item(row) for row in rows]
+
+    def index(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        namespace: str,
+        max_bytes: int,
+        log: Callable[[str], None] | None = None,
+    ) -> IndexReport:
+        """Index files and folders into the team namespace ``namespace``.
+
+        Each file is read and chunked as a personal index does (the same checks, secrets
+        redacted), then compared with the chunks the lake holds from it, by text: only new text is
+        embedded, and a changed file's gone and new chunks change in one snapshot. Files gone
+        from an indexed folder leave the lake (not those under a folder that could not be listed).
+        """
+        started = time.perf_counter()
+        lake = self.lake
+        lake.check_write(namespace)  # before the model embeds anything
+        log = log or (lambda message: None)
+        report = IndexReport()
+        roots = []
+        for root in (Path(p).expanduser().absolute() for p in paths):
+            if root.exists():
+                roots.append(root)
+            else:
+                report.skipped.append((shown_path(str(root)), "no such file or folder"))
+        unlistable: list[str] = []
+
+        def unlisted(exc: OSError) -> None:
+            unlistable.append(str(exc.filename) + os.sep)
+            report.skipped.append((shown_path(str(exc.filename)), f"cannot list folder: {exc.strerror}"))
+
+        files = [f for root in roots for f in walk(root, unlisted)]
+        seen = {str(f) for f in files}
+        held: dict[str, dict[str, list[int]]] = {}
+        folders = [str(r) for r in roots if r.is_dir()]
+        for lake_id, source, heading, text in lake.held_chunks(namespace, sorted(seen), folders):
+            held.setdefault(source, {}).setdefault(chunk_rows.content_hash(heading, text), []).append(lake_id)
+        embedder = self._embedder()
+        reader = Indexer(self.replica().db, embedder, max_bytes, log=log, passages=False)
+        gone: list[int] = []
+        new: list[chunk_rows.NewChunk] = []
+        batch = batch_chunks(embedder)
+        for file in files:
+            report.files_seen += 1
+            rows = reader.read_file(file, namespace, report)
+            if rows is None:
+                continue  # skipped (the report says why): what the lake holds of it stays
+            existing = {digest: list(ids) for digest, ids in held.pop(str(file), {}).items()}
+            fresh = []
+            for row in rows:
+                ids = existing.get(row.hash)
+                if ids:
+                    ids.pop(0)
+                    report.chunks_kept += 1
+                else:
+                    fresh.append(row)
+            stale = [i for ids in existing.values() for i in ids]
+            if not fresh and not stale:
+                report.files_unchanged += 1
+                continue
+            report.files_changed += 1
+            new += fresh
+            gone += stale
+            if len(new) >= batch:
+                self._write_index(namespace, gone, new, report)
+                gone, new = [], []
+        for source, chunks in held.items():
+            # Held but not seen: named under an indexed folder that no longer has it.
+            if source not in seen and not any(source.startswith(u) for u in unlistable):
+                report.files_removed += 1
+                gone += [i for ids in chunks.values() for i in ids]
+        self._write_index(namespace, gone, new, report)
+        self.refresh(force=True)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _write_index(
+        self, namespace: str, gone: list[int], new: list[chunk_rows.NewChunk], report: IndexReport
+    ) -> None:
+        rows = self._lake_rows(new_ids(len(new)), new) if new else []
+        self.lake.replace(namespace, gone, rows)
+        report.chunks_added += len(rows)
+        report.chunks_embedded += len(rows)
+        report.chunks_removed += len(gone)
+
+    def get(self, item_id: int) -> Item:
+        """The lake item ``item_id`` (read from the lake, not the replica: it is current)."""
+        found = self.lake.rows([item_id])
+        if not found:
+            raise NotFoundError(f"no item with id {item_id} in the team catalog {self.label}")
+        return _item(found[0])
+
+    def update(
+        self,
+        item_id: int,
+        text: str | None,
+        tags: list[str] | None,
+        importance: float | None,
+        event: dict[str, Any],
+    ) -> Item:
+        """Change a lake item's text (embedded again), tags, importance or event fields in one
+        snapshot; the item as written."""
+        found = self.lake.rows([item_id])
+        if not found:
+            raise NotFoundError(f"no item with id {item_id} in the team catalog {self.label}")
+        row = found[0]
+        self.lake.check_write(row.namespace)
+        if text is not None and text.strip() and text.strip() != row.text:
+            embedder = self._embedder()
+            row.text = redact(text.strip()).text
+            row.vec = embedder.embed_documents([chunk_rows.embedding_text(row.heading, row.text)])[0]
+            row.fingerprint = embedder.fingerprint
+        if tags is not None:
+            row.tags = list(tags)
+        if importance is not None:
+            row.importance = importance
+        row.event_at = event.get("event_at", row.event_at)
+        row.speaker = event.get("speaker", row.speaker)
+        row.conversation = event.get("conversation", row.conversation)
+        row.updated_at = utcnow()
+        if not self.lake.update(row):
+            raise NotFoundError(f"item {item_id} left the team catalog {self.label} while it was updated")
+        self.refresh(force=True)
+        return _item(row)
 
     def forget(self, ids: Sequence[int], namespace: str | None = None) -> list[int]:
         """Delete lake items by id (of ``namespace`` when given); the ids deleted."""
@@ -328,6 +567,10 @@ class Team:
         self.refresh()
         replica = self.replica()
         result = replica.search(query, k, log=False, **kwargs)
+        result.trace.team = {
+            "snapshot": team_replica.applied_snapshot(replica.db),
+            "unreachable": self.unreachable,
+        }
         ids = team_replica.lake_ids(replica.db, [i for h in result.hits for i in (h.id, *h.more)])
         for hit in result.hits:
             hit.id = ids.get(hit.id, hit.id)
@@ -341,6 +584,7 @@ def merge(personal: SearchResult, team: SearchResult, k: int) -> SearchResult:
     the team hits' parts are in the replica's own trace)."""
     hits = sorted([*personal.hits, *team.hits], key=lambda h: -h.score)[:k]
     rejected = personal.rejected and team.rejected
+    personal.trace.team = team.trace.team
     return SearchResult(personal.query, hits, personal.trace, rejected, personal.reason if rejected else "")
 
 

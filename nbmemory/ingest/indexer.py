@@ -320,6 +320,13 @@ class Indexer:
             self._commit(pending, namespace, report, finished=report.files_seen - len(pending))
 
     # -- planning: read, hash, chunk, redact ----------------------------------------------
+    def read_file(self, file: Path, namespace: str, report: IndexReport) -> list[chunk_rows.NewChunk] | None:
+        """``file``'s chunks as an index stores them (read, checked, chunked, secrets redacted),
+        whatever this store holds of it; None when it is skipped (``report`` says why). A team
+        index plans its files with it."""
+        plan = self._plan(file, namespace, None, report)
+        return None if plan is None else plan.rows
+
     def _plan(
         self,
         file: Path,

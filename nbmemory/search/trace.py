@@ -60,6 +60,9 @@ class Trace:
     #: What the query's own time words did (:mod:`nbmemory.search.when`): the words, the window,
     #: the items that happened then and whether the search was narrowed to them; None without.
     when: dict[str, Any] | None = None
+    #: The team replica searched (:mod:`nbmemory.team`): the lake snapshot it holds, and why the
+    #: lake could not be reached when it could not (its hits are then as of that snapshot).
+    team: dict[str, Any] | None = None
 
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)

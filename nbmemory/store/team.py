@@ -318,8 +318,12 @@ class TeamLake:
     def insert(self, rows: Sequence[LakeRow]) -> None:
         """Insert ``rows`` in one lake transaction (one snapshot). Only team namespaces are taken:
         nothing personal is ever written to the lake."""
-        if not rows:
-            return
+        if rows:
+            with self._writing(rows[0].namespace) as con:
+                self._insert_rows(con, rows)
+
+    @staticmethod
+    def _insert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[LakeRow]) -> None:
         personal = sorted({r.namespace for r in rows if not is_team_namespace(r.namespace)})
         if personal:
             raise StoreError(f"namespaces {personal} are personal: they are never written to the team lake")
@@ -347,12 +351,11 @@ class TeamLake:
                 "conversation": pa.array([r.conversation for r in rows], pa.string()),
             }
         )
-        with self._writing(rows[0].namespace) as con:
-            con.register("_nbm_lake_rows", table)
-            try:
-                con.execute(f"INSERT INTO {ALIAS}.items ({_COLUMNS}) SELECT {_COLUMNS} FROM _nbm_lake_rows")
-            finally:
-                con.unregister("_nbm_lake_rows")
+        con.register("_nbm_lake_rows", table)
+        try:
+            con.execute(f"INSERT INTO {ALIAS}.items ({_COLUMNS}) SELECT {_COLUMNS} FROM _nbm_lake_rows")
+        finally:
+            con.unregister("_nbm_lake_rows")
 
     def delete(self, namespace: str, ids: Sequence[int] | None = None) -> list[int]:
         """Delete the items of ``namespace`` (those among ``ids`` when given); their ids."""
@@ -374,6 +377,70 @@ class TeamLake:
                 con.execute("ROLLBACK")
                 raise
         return found
+
+    def replace(self, namespace: str, gone: Sequence[int], rows: Sequence[LakeRow]) -> None:
+        """Delete the items ``gone`` of ``namespace`` and insert ``rows`` in one lake transaction
+        (one snapshot): a file indexed again is never seen with both or neither of its versions."""
+        if not gone and not rows:
+            return
+        outside = sorted({r.namespace for r in rows if r.namespace != namespace})
+        if outside:
+            raise StoreError(f"replace in {namespace!r} was given rows of {outside}")
+        with self._writing(namespace) as con:
+            con.execute("BEGIN")
+            try:
+                if gone:
+                    con.execute(
+                        f"DELETE FROM {ALIAS}.items WHERE namespace = ? AND id IN (SELECT unnest(?::BIGINT[]))",
+                        [namespace, list(map(int, gone))],
+                    )
+                if rows:
+                    self._insert_rows(con, rows)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def update(self, row: LakeRow) -> bool:
+        """Write ``row``'s fields over the item of its id (one snapshot); whether it was there."""
+        with self._writing(row.namespace) as con:
+            con.execute(
+                f"UPDATE {ALIAS}.items SET text = ?, tags = ?::VARCHAR[], importance = ?, vec = ?::FLOAT[], "
+                "fingerprint = ?, updated_at = ?, event_at = ?, speaker = ?, conversation = ? "
+                "WHERE id = ? AND namespace = ?",
+                [
+                    row.text,
+                    list(row.tags),
+                    row.importance,
+                    None if row.vec is None else row.vec.astype(np.float32).tolist(),
+                    row.fingerprint,
+                    row.updated_at,
+                    row.event_at,
+                    row.speaker,
+                    row.conversation,
+                    int(row.id),
+                    row.namespace,
+                ],
+            )
+            changed = con.fetchone()
+        return bool(changed and changed[0])
+
+    def held_chunks(
+        self, namespace: str, sources: Sequence[str], folders: Sequence[str]
+    ) -> list[tuple[int, str, str, str]]:
+        """``(id, source, heading, text)`` of the items of ``namespace`` whose source is one of
+        ``sources`` or lies under one of ``folders`` (what an index of those paths wrote before)."""
+        if not self.has_items:
+            return []
+        prefixes = [f.rstrip(os.sep) + os.sep for f in folders]
+        with self._reading():
+            found = self.con.execute(
+                f"SELECT id, source, heading, text FROM {ALIAS}.items WHERE namespace = ? AND source IS NOT NULL "
+                "AND (source IN (SELECT unnest(?::VARCHAR[])) "
+                "OR EXISTS (SELECT 1 FROM unnest(?::VARCHAR[]) AS f(p) WHERE starts_with(source, f.p)))",
+                [namespace, list(sources), prefixes],
+            ).fetchall()
+        return [(int(i), str(src), heading or "", text) for i, src, heading, text in found]
 
     def rows(self, ids: Sequence[int]) -> list[LakeRow]:
         """The items among ``ids`` that the lake holds."""

@@ -85,8 +85,6 @@ def test_forget_by_query_and_the_refusals_of_a_team_namespace(tmp_path: Path) ->
         with pytest.raises(ConfigError, match="team namespace"):
             mem.forget(path="*.md", namespace="team:lab")
         with pytest.raises(ConfigError, match="team namespace"):
-            mem.index(tmp_path, namespace="team:lab")
-        with pytest.raises(ConfigError, match="team namespace"):
             mem.capture([{"source": "1 + 1", "notebook": "a.ipynb"}], namespace="team:lab")
 
 
