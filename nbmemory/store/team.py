@@ -42,6 +42,8 @@ TEAM_PREFIX = "team:"
 TEAM_ID_MIN = 2**50
 _TEAM_ID_SPAN = 2**53 - TEAM_ID_MIN
 ALIAS = "lake"
+#: Seconds a PostgreSQL catalog may take to answer a connection (unless the catalog says).
+CONNECT_TIMEOUT_S = 5
 _METADATA = f"__ducklake_metadata_{ALIAS}"
 # (package, file name in the package, the extension's own name: the file DuckDB loads must be
 # called that, since its entry point is named after the file).
@@ -161,6 +163,10 @@ def attach_target(catalog: str) -> str:
         text = text[len("ducklake:") :]
     if not text.startswith("postgres:"):
         text = str(Path(text).expanduser().absolute())
+    elif "connect_timeout" not in text:
+        # libpq waits for an unreachable host as long as the system does; a memory opening or a
+        # search retrying the catalog should not.
+        text += f" connect_timeout={CONNECT_TIMEOUT_S}"
     return f"ducklake:{text}"
 
 

@@ -161,9 +161,37 @@ def lake(postgres: Cluster, tmp_path: Path) -> Lake:
     return Lake(postgres, database, data)
 
 
-def start_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") -> subprocess.Popen[str]:
+#: Run before a client's code when it runs as another OS account: the process starts as this
+#: one (the interpreter and its standard library may lie in a folder only it can read, like
+#: /root), makes one team write and search in a throwaway folder so every module they need is
+#: loaded, then becomes the other account for good. From there on the files it reads and writes
+#: are checked against that account, as for a second person on a JupyterHub.
+BECOME = """
+import os, pwd, tempfile
+from nbmemory import Memory
+from nbmemory.embed import FakeEmbedder
+from nbmemory.store import team as team_store
+warm, home_cache = tempfile.mkdtemp(), os.environ["NBMEMORY_CACHE"]
+os.environ["NBMEMORY_CACHE"] = warm + "/cache"
+with Memory(warm + "/m.duckdb", embedder=FakeEmbedder(dim=32), team=f"{warm}/l.ducklake|{warm}/d") as mem:
+    mem.remember("warm", namespace="team:warm")
+    mem.search("warm")
+    mem.stats()
+team_store.extension_files.cache_clear()  # found again from the account's own cache folder
+os.environ["NBMEMORY_CACHE"] = home_cache
+account = pwd.getpwnam(ACCOUNT)
+os.setgroups([])
+os.setgid(account.pw_gid)
+os.setuid(account.pw_uid)
+"""
+
+
+def start_client(
+    lake: Lake, home: Path, code: str, role: str = "nbm_writer", account: str | None = None
+) -> subprocess.Popen[str]:
     """Start ``code`` in another Python process with a memory of its own (``mem``: its personal
-    file under ``home``, the team attached through ``NBMEMORY_TEAM``)."""
+    file under ``home``, the team attached through ``NBMEMORY_TEAM``); as the OS user
+    ``account`` when given (this process must be root; ``home`` is made that user's)."""
     script = textwrap.dedent(
         """
         from nbmemory import Memory
@@ -171,6 +199,11 @@ def start_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") ->
         with Memory(embedder=FakeEmbedder(dim=32)) as mem:
         """
     ) + textwrap.indent(textwrap.dedent(code), "    ")
+    if account is not None:
+        user = pwd.getpwnam(account)
+        home.mkdir(parents=True, exist_ok=True)
+        os.chown(home, user.pw_uid, user.pw_gid)
+        script = f"ACCOUNT = {account!r}\n" + BECOME + script
     env = {
         **os.environ,
         "NBMEMORY_HOME": str(home),
@@ -196,6 +229,8 @@ def finish(client: subprocess.Popen[str]) -> str:
     return out
 
 
-def run_client(lake: Lake, home: Path, code: str, role: str = "nbm_writer") -> str:
+def run_client(
+    lake: Lake, home: Path, code: str, role: str = "nbm_writer", account: str | None = None
+) -> str:
     """Run ``code`` as :func:`start_client` does and wait for it; its stdout."""
-    return finish(start_client(lake, home, code, role))
+    return finish(start_client(lake, home, code, role, account))
