@@ -33,6 +33,8 @@ export interface IHit {
   weak: boolean;
   /** What the score is made of, as the ranking added it (the parts sum to the score). */
   parts?: { [part: string]: number };
+  /** Where the item lives: the memory file, or the team's lake (ids from 2**50). */
+  store?: 'personal' | 'team';
 }
 
 export interface ISearchResult {
@@ -395,9 +397,24 @@ export interface IRefine {
   total: number;
 }
 
+/** The attached team memory, as `Memory.stats()` says it (`TeamMemory.status` of nbmemory/team.py). */
+export interface ITeamStats {
+  /** The catalog, its password masked: `postgres:dbname=lab host=db`, or a `.ducklake` file. */
+  catalog: string;
+  data_path: string;
+  /** Items in this machine's copy of the team memory. */
+  items: number;
+  /** The lake's snapshot that copy has applied; null before it has read one. */
+  snapshot: number | null;
+  /** Why the catalog cannot be reached (searches then use this machine's copy); null when it answers. */
+  unreachable: string | null;
+}
+
 /** `GET /nbmemory/stats`, the parts the sidebar reads. */
 export interface IStats {
   refine?: IRefine;
+  /** Absent when no team memory is attached. */
+  team?: ITeamStats;
   [key: string]: unknown;
 }
 
@@ -568,6 +585,25 @@ export function refineLine(stats: IStats | null): string | null {
     return null;
   }
   return `refining: ${formatCount(refine.done)} of ${formatCount(refine.total)} passages`;
+}
+
+/**
+ * The team memory in one line: `team: postgres:dbname=lab host=db · 1,234 items · snapshot 57`,
+ * or, when its catalog cannot be reached, `team unreachable: <why> — searching this machine's
+ * copy (snapshot 57)`; null when no team is attached.
+ */
+export function teamLine(stats: IStats | null): string | null {
+  const team = stats?.team;
+  if (!team || typeof team.catalog !== 'string') {
+    return null;
+  }
+  const snapshot =
+    typeof team.snapshot === 'number' ? `snapshot ${team.snapshot}` : null;
+  if (team.unreachable) {
+    return `team unreachable: ${team.unreachable} — searching this machine's copy (${snapshot ?? 'no snapshot read yet'})`;
+  }
+  const items = `${formatCount(team.items)} ${team.items === 1 ? 'item' : 'items'}`;
+  return [`team: ${team.catalog}`, items, snapshot].filter(Boolean).join(' · ');
 }
 
 /** `bm25 0.0475 + cosine 0.4594 + passage 0.0200`: what a score is made of. */

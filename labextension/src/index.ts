@@ -347,7 +347,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         );
       }
       if (quiet && done.state === 'done') {
-        void panel.refreshRefine();
+        void panel.refreshStats();
       }
       if (quiet && panel.query) {
         await panel.refresh();

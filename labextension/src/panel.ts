@@ -8,6 +8,7 @@ import {
   IHit,
   IIndexJob,
   ISearchResult,
+  IStats,
   ITuneJob,
   ITuneOptions,
   QUERY_SOURCES,
@@ -31,6 +32,7 @@ import {
   search,
   startIndex,
   startTune,
+  teamLine,
   tuneJob,
   tuneLine,
   updateItem,
@@ -55,7 +57,10 @@ export const UNDO_MS = 10_000;
 const INDEX_POLL_MS = 400;
 /** How often the capture and agents lines are asked again while the sidebar shows. */
 const STATE_POLL_MS = 5_000;
-/** How often the memory's refinement is asked how far it is, while it goes on. */
+/**
+ * How often the memory's refinement is asked how far it is, while it goes on; also the least
+ * time between two asks for the team's state after searches.
+ */
 const REFINE_POLL_MS = 3_000;
 /** As `WEAK_LABEL` and `CLOSEST` in nbmemory/options.py, which the notebook views use. */
 const WEAK_LABEL =
@@ -195,7 +200,8 @@ export class MemoryPanel extends Widget {
 
   /**
    * The memory's state, a line each, hidden while there is nothing to say or the server has no
-   * endpoint for it: which kernels capture their cells, the agents' tools, the refinement.
+   * endpoint for it: which kernels capture their cells, the agents' tools, the refinement, the
+   * team memory.
    */
   private _stateLines(): HTMLDivElement {
     const lines = el('div', 'jp-nbmemory-state');
@@ -203,10 +209,12 @@ export class MemoryPanel extends Widget {
     this._captureLine = el('div', 'jp-nbmemory-capture');
     this._agentsLine = el('div', 'jp-nbmemory-agents');
     this._refineLine = el('div', 'jp-nbmemory-refine');
+    this._teamLine = el('div', 'jp-nbmemory-team');
     for (const line of [
       this._captureLine,
       this._agentsLine,
-      this._refineLine
+      this._refineLine,
+      this._teamLine
     ]) {
       line.hidden = true;
       lines.appendChild(line);
@@ -272,27 +280,45 @@ export class MemoryPanel extends Widget {
   }
 
   /**
-   * Show how far the memory's passages are (`refining: 2,140 of 11,345 passages`), and ask
-   * again every few seconds while they are being added; the line hides once they are all there.
+   * Ask the server's stats for the lines they make: how far the memory's passages are
+   * (`refining: 2,140 of 11,345 passages`), asked again every few seconds while they are being
+   * added and hidden once they are all there; and the team memory, hidden when none is attached.
    */
-  async refreshRefine(): Promise<void> {
+  async refreshStats(): Promise<void> {
     window.clearTimeout(this._refineTimer);
-    let line: string | null = null;
+    this._statsAskedAt = Date.now();
+    let stats: IStats | null = null;
     try {
-      line = refineLine(await getStats());
+      stats = await getStats();
     } catch (error) {
       console.warn('nbmemory: cannot ask for the stats', error);
     }
+    const line = refineLine(stats);
     this._refineLine.hidden = line === null;
     this._refineLine.textContent = line ?? '';
+    this._showTeam(stats);
     // Two asks at once (a show and an index run's end) leave one poll, not two.
     window.clearTimeout(this._refineTimer);
     if (line !== null && !this.isDisposed) {
       this._refineTimer = window.setTimeout(
-        () => void this.refreshRefine(),
+        () => void this.refreshStats(),
         REFINE_POLL_MS
       );
     }
+  }
+
+  /** The team line: a warning while the team's catalog cannot be reached. */
+  private _showTeam(stats: IStats | null): void {
+    const line = teamLine(stats);
+    this._teamLine.hidden = line === null;
+    this._teamLine.textContent = line ?? '';
+    this._teamLine.title = stats?.team
+      ? `${line}\nData folder: ${stats.team.data_path}`
+      : '';
+    this._teamLine.classList.toggle(
+      'jp-mod-warn',
+      line !== null && Boolean(stats?.team?.unreachable)
+    );
   }
 
   /** Whether the refinement line is shown and followed. */
@@ -304,7 +330,7 @@ export class MemoryPanel extends Widget {
     super.onAfterShow(msg);
     void this.refreshState();
     if (!this.refining) {
-      void this.refreshRefine();
+      void this.refreshStats();
     }
     window.clearInterval(this._stateTimer);
     // Kernels start capturing and stop at any time; asked only while the sidebar is seen.
@@ -392,7 +418,7 @@ export class MemoryPanel extends Widget {
       this._showIndex(job);
       if (job.state === 'done') {
         // A fast first index leaves passages to add: follow that here.
-        void this.refreshRefine();
+        void this.refreshStats();
         if (this.query) {
           await this.refresh();
         }
@@ -662,6 +688,13 @@ export class MemoryPanel extends Widget {
           : '';
       this._explain.hidden = !this._explainToggle.checked;
       this._explain.textContent = result.explain ?? '';
+      // A search is when the server finds the team's catalog gone, or back: the line follows.
+      if (
+        !this._teamLine.hidden &&
+        Date.now() - this._statsAskedAt >= REFINE_POLL_MS
+      ) {
+        void this.refreshStats();
+      }
     } catch (error) {
       if (ticket === this._ticket) {
         this._setStatus((error as Error).message, true);
@@ -757,6 +790,11 @@ export class MemoryPanel extends Widget {
       });
     }
     head.appendChild(location);
+    if (hit.store === 'team') {
+      const badge = el('span', 'jp-nbmemory-store-team', 'team');
+      badge.title = `In the team memory (${hit.namespace})`;
+      head.appendChild(badge);
+    }
     li.appendChild(head);
 
     const meta = el('div', 'jp-nbmemory-ranks');
@@ -918,11 +956,13 @@ export class MemoryPanel extends Widget {
   private _captureLine!: HTMLDivElement;
   private _agentsLine!: HTMLDivElement;
   private _refineLine!: HTMLDivElement;
+  private _teamLine!: HTMLDivElement;
   private _captureMissing = false;
   private _agentsMissing = false;
   private _stateAsk: Promise<void> | null = null;
   private _stateTimer = 0;
   private _refineTimer = 0;
+  private _statsAskedAt = 0;
   private _timer = 0;
   private _ticket = 0;
 }

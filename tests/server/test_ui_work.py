@@ -5,9 +5,10 @@ The Lab's root holds the deploy notebook, a note and a jupyterlab-chat ``.chat``
 jupyterlab-chat here: it opens with Lab's default factory, the text editor). A real kernel runs
 ``%load_ext nbmemory`` and ``%memcapture on``: the capture line names its notebook. The settings
 editor's ``captureAllKernels`` reaches the server. Where a test needs a server that lacks an
-endpoint, or stats that say passages are being added, the page's requests for them are answered
-by the test (``page.route``): the only way to show this server as one it is not. Screenshots go
-to ``$NBMEMORY_SHOTS`` (default ``/tmp/shots-fe``), looked at, not compared.
+endpoint, stats that say passages are being added or a team memory is attached, or a team's
+hits, the page's requests for them are answered by the test (``page.route``): the only way to
+show this server as one it is not. Screenshots go to ``$NBMEMORY_SHOTS`` (default
+``/tmp/shots-fe``), looked at, not compared.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import nbformat
 import pytest
@@ -486,3 +488,94 @@ def test_refining_line_follows_a_real_index_until_its_passages_are_made(page: An
     line.wait_for(state="hidden", timeout=600_000)
     final = lab.api("GET", "stats")["refine"]
     assert final["done"] == final["total"] >= refine["total"], final
+
+
+#: A team memory as ``Memory.stats()["team"]`` says it (this Lab's server has none attached).
+TEAM = {
+    "catalog": "postgres:dbname=lab host=db",
+    "data_path": "/shared/lab-memory",
+    "items": 1234,
+    "snapshot": 57,
+    "unreachable": None,
+}
+TEAM_LINE = "team: postgres:dbname=lab host=db · 1,234 items · snapshot 57"
+UNREACHABLE = "could not connect to server: Connection refused"
+
+
+@pytest.mark.parametrize(
+    ("team", "expected"),
+    [
+        (None, None),
+        (TEAM, TEAM_LINE),
+        (
+            {**TEAM, "unreachable": UNREACHABLE},
+            f"team unreachable: {UNREACHABLE} — searching this machine's copy (snapshot 57)",
+        ),
+    ],
+    ids=["no team", "team", "unreachable"],
+)
+def test_team_line_says_the_team_memory_from_the_stats(
+    routed_page: Any, lab: Lab, team: dict[str, Any] | None, expected: str | None
+) -> None:
+    real = lab.api("GET", "stats")
+    assert "team" not in real, real
+    page = routed_page({"stats": lambda: (200, real if team is None else {**real, "team": team})})
+    line = page.locator(".jp-nbmemory-team")
+    if expected is None:
+        eventually(lambda: ("GET", "stats") in page.asked, "the sidebar asked for the stats", page)
+        page.wait_for_timeout(500)
+        assert line.is_hidden()
+        return
+    sync_api.expect(line).to_have_text(expected, timeout=30_000)
+    assert "Data folder: /shared/lab-memory" in (line.get_attribute("title") or "")
+    warned = "jp-mod-warn" in (line.get_attribute("class") or "")
+    assert warned == bool(team and team["unreachable"])
+    if warned:
+        sidebar_shot(page, "sidebar-team-unreachable.png")
+
+
+def test_team_line_follows_the_catalog_back_after_a_search(routed_page: Any, lab: Lab) -> None:
+    # Passages all made: no refinement's poll asks the stats again, only a search may.
+    real = {**lab.api("GET", "stats"), "refine": {"done": 5, "total": 5}}
+    answers = iter([{**TEAM, "unreachable": UNREACHABLE}])
+    page = routed_page({"stats": lambda: (200, {**real, "team": next(answers, TEAM)})})
+    line = page.locator(".jp-nbmemory-team")
+    sync_api.expect(line).to_contain_text("team unreachable", timeout=30_000)
+    page.wait_for_timeout(3_500)  # past the least time between two asks
+    sync_api.expect(line).to_contain_text("team unreachable")
+    search(page, "token rotation schedule")
+    sync_api.expect(line).to_have_text(TEAM_LINE, timeout=30_000)
+    assert "jp-mod-warn" not in (line.get_attribute("class") or "")
+
+
+def test_a_team_hit_has_a_team_badge_and_a_team_namespace_is_searched_as_typed(
+    routed_page: Any, lab: Lab
+) -> None:
+    real = lab.api("GET", "search?q=token+rotation+schedule")
+    assert real["hits"], real
+    # Team items' ids start at 2**50: still exact in JavaScript.
+    team_id = 2**50 + 7
+    hits = [
+        {**real["hits"][0], "id": team_id, "store": "team", "namespace": "team:runbooks"},
+        *({**hit, "store": "personal"} for hit in real["hits"]),
+    ]
+    page = routed_page({"search": lambda: (200, {**real, "hits": hits})})
+    searched: list[str] = []
+    page.on("request", lambda r: searched.append(r.url) if "/nbmemory/search" in r.url else None)
+    page.locator(".jp-nbmemory-namespace").fill("team:runbooks")
+    rows = search(page, "token rotation schedule")
+    assert parse_qs(urlsplit(searched[-1]).query)["ns"] == ["team:runbooks"]
+    assert rows.count() == len(hits)
+    badges = page.locator(".jp-nbmemory-hit .jp-nbmemory-store-team")
+    assert badges.count() == 1 and badges.inner_text() == "team"
+    team_row = rows.first
+    assert team_row.get_attribute("data-id") == str(team_id)
+    assert team_row.locator(".jp-nbmemory-store-team").count() == 1
+    # The row is otherwise a row like the others: its location, ranks, snippet and actions.
+    assert (
+        team_row.locator(".jp-nbmemory-location").inner_text()
+        == rows.nth(1).locator(".jp-nbmemory-location").inner_text()
+    )
+    assert "team:runbooks" in team_row.locator(".jp-nbmemory-ranks").inner_text()
+    assert team_row.locator(".jp-nbmemory-actions button").count() == 3
+    sidebar_shot(page, "sidebar-team-hit.png")
