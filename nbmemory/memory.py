@@ -533,8 +533,10 @@ class Memory:
                 "forget needs exactly one of: an id, query=..., or path=... and/or kind=, since=, until="
             )
         validate.check_fields(query=query, path=path, namespace=namespace)
-        if self._team_for(namespace) is not None and selected:
-            raise ConfigError(f"forget in a team namespace ({namespace!r}) takes an id or query=...")
+        if (team := self._team_for(namespace)) is not None and selected:
+            if path is None or kind is not None or since is not None or until is not None:
+                raise ConfigError(f"forget in a team namespace ({namespace!r}) takes an id, query=... or path=...")
+            return team.forget_path(item_rows.path_pattern(path), str(namespace), dry_run)
         if item_id is not None and not isinstance(item_id, int):
             item_id = list(item_id)  # read once: it may be an iterator
         if self._team is not None and (query is not None or team_memory.is_team_ids(item_id)):

@@ -561,6 +561,16 @@ class Team:
             self.refresh(force=True)
         return sorted(deleted)
 
+    def forget_path(self, pattern: str, namespace: str, dry_run: bool = False) -> list[int]:
+        """Delete the items of ``namespace`` indexed from ``pattern`` (a path or a glob); their ids.
+        The lake keeps no mark of it: an index of the folder that still has the file brings it back."""
+        ids = self.lake.ids_from(namespace, pattern)
+        if dry_run or not ids:
+            return ids
+        deleted = self.lake.delete(namespace, ids)
+        self.refresh(force=True)
+        return sorted(deleted)
+
     # -- search ----------------------------------------------------------------------------
     def search(self, query: str, k: int, **kwargs: Any) -> SearchResult:
         """Search the replica (after following the lake); hits name lake ids and ``store="team"``."""

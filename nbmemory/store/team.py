@@ -448,6 +448,17 @@ class TeamLake:
             ).fetchall()
         return [(int(i), str(src), heading or "", text) for i, src, heading, text in found]
 
+    def ids_from(self, namespace: str, pattern: str) -> list[int]:
+        """The items of ``namespace`` whose source is ``pattern`` or matches it as a glob."""
+        if not self.has_items:
+            return []
+        with self._reading():
+            found = self.con.execute(
+                f"SELECT id FROM {ALIAS}.items WHERE namespace = ? AND (source = ? OR source GLOB ?) ORDER BY id",
+                [namespace, pattern, pattern],
+            ).fetchall()
+        return [int(r[0]) for r in found]
+
     def rows(self, ids: Sequence[int]) -> list[LakeRow]:
         """The items among ``ids`` that the lake holds."""
         if not ids or not self.has_items:

@@ -48,6 +48,15 @@ def test_a_team_option_writes_to_the_lake_and_a_search_says_where_hits_live(
     hits = json.loads(found.stdout)["hits"]
     assert {(h["namespace"], h["store"]) for h in hits} == {("team:lab", "team"), ("default", "personal")}
     assert hits[0]["store"] == "team" and "4711" in hits[0]["text"]
+    # A folder indexed into the team by one person is found by another.
+    runbooks = tmp_path / "runbooks"
+    runbooks.mkdir()
+    (runbooks / "laser.md").write_text("# Laser safety\n\nThe interlock key for the 488 nm laser is in the blue box.\n")
+    indexed = nbmemory(tmp_path / "alice", "--team", team, "index", str(runbooks), "--ns", "team:lab")
+    assert indexed.returncode == 0, indexed.stderr
+    found = nbmemory(tmp_path / "bob", "--team", team, "search", "laser interlock key", "--json")
+    hits = json.loads(found.stdout)["hits"]
+    assert (hits[0]["store"], hits[0]["source"]) == ("team", str(runbooks / "laser.md"))
     # The reader's role may search the team but not write to it.
     refused = nbmemory(
         tmp_path / "carol", "--team", lake.team_string("nbm_reader"), "remember", "x", "--ns", "team:lab"

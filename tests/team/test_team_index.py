@@ -101,6 +101,19 @@ def test_indexing_again_embeds_only_new_text_and_removes_what_left(
         assert any("first of the month" in h.text for h in mem.search("scratch folder wiped", k=10))
 
 
+def test_forget_by_path_removes_a_file_from_the_team(tmp_path: Path, team: TeamConfig, runbooks: Path) -> None:
+    with Memory(tmp_path / "me.duckdb", embedder=FakeEmbedder(dim=32), team=team) as mem:
+        mem.index(runbooks, namespace="team:lab")
+        freezer = str(runbooks / "freezer.md")
+        planned = mem.forget(path=freezer, namespace="team:lab", dry_run=True)
+        assert planned and all(is_team_id(i) for i in planned)
+        assert mem.forget(path=freezer, namespace="team:lab") == planned
+        assert {source for _, source, _ in lake_rows(mem)} == {str(runbooks / "cluster.md")}
+        assert not [h for h in mem.search("freezer alarm code", k=10) if "alarm" in h.text]
+        assert mem.forget(path=str(runbooks / "*.md"), namespace="team:lab")
+        assert lake_rows(mem) == []
+
+
 def test_an_unreadable_file_keeps_what_the_lake_holds_of_it(
     tmp_path: Path, team: TeamConfig, runbooks: Path
 ) -> None:

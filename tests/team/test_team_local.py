@@ -83,7 +83,7 @@ def test_forget_by_query_and_the_refusals_of_a_team_namespace(tmp_path: Path) ->
         assert mem.forget(query="autoclave manual", namespace="team:lab") == [shared.id]
         assert [h.id for h in mem.search("autoclave manual")] == [mine.id]
         with pytest.raises(ConfigError, match="team namespace"):
-            mem.forget(path="*.md", namespace="team:lab")
+            mem.forget(path="*.md", kind="markdown", namespace="team:lab")
         with pytest.raises(ConfigError, match="team namespace"):
             mem.capture([{"source": "1 + 1", "notebook": "a.ipynb"}], namespace="team:lab")
 
