@@ -3,7 +3,7 @@ searchable, and the time until its passages are complete, side by side in one ru
 
     python -m bench.ingest.first_index [--shapes notes,notebooks,mix,vault] [--notes DIR] [--notes-n N]
         [--notebooks DIR] [--notebooks-n 67] [--mix-chunks 50000] [--vault-files 17000] [--inline]
-        [--bare-windows] [--static] [--static-only] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
+        [--bare-windows] [--bare-first] [--refine-wait S] [--static] [--static-only] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
 
 Each shape is a folder indexed into a new store with the bundled all-MiniLM-L6-v2, no vector cache
 (each text embedded for real), the model loaded and warmed before the clock starts:
@@ -20,6 +20,8 @@ Per shape:
 * ``bare pass``: one plain ``SentenceTransformer.encode`` of the very texts the store's chunks
   embed (heading and text), batch 16 (nbmemory's CPU batch): the least model work there is;
   ``--bare-windows`` also times one of those texts and every passage (sentence window) text;
+  ``--bare-first`` times it before the index, over the chunker's texts (checked afterwards to be
+  the store's), so a long run's quiet stretch holds both the bare pass and the time to searchable;
 * ``nbmemory (background)``: ``Memory.index`` with the default ``refine="background"``:
   ``searchable_s`` when it returns (chunks stored with BM25 and their own vectors),
   ``complete_s`` when ``Memory.wait_refined()`` returns (every passage stored);
@@ -127,26 +129,41 @@ def vault_folder(notes: Path, files: int, target: Path) -> Path:
     return target
 
 
+def chunker_texts(folder: Path) -> list[str]:
+    """The embedding texts of every chunk the indexer will store from ``folder``'s files."""
+    texts = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            try:
+                drafts = chunk_file(str(path), path.read_bytes())
+            except Exception:  # a file the indexer skips
+                continue
+            texts += [embedding_text(d.heading or "", d.text) for d in drafts]
+    return texts
+
+
 def nbmemory_run(
-    folder: Path, embedder: Any, refine: str, workdir: Path, label: str = ""
+    folder: Path, embedder: Any, refine: str, workdir: Path, label: str = "", wait: float | None = None
 ) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Index ``folder`` into a new store; the row, its chunks' embedding texts, and its passages' texts."""
+    """Index ``folder`` into a new store; the row, its chunks' embedding texts, and its passages' texts.
+    ``wait``: the most seconds to wait for the passages after the index returns (None: until done);
+    a row that ran out says how many passages were stored by then, and has no ``complete_s``."""
     path = workdir / f"{refine}{label}.duckdb"
     started = time.perf_counter()
     with Memory(path, embedder=embedder, settings=Settings(passages=True), refine=refine) as mem:  # type: ignore[arg-type]
         report = mem.index(folder)
         searchable = time.perf_counter() - started
-        done = mem.wait_refined()
+        done = mem.wait_refined(wait)
         complete = time.perf_counter() - started
-        assert done, "wait_refined returned without a timeout"
-        rows = mem.db.fetchall("SELECT heading, text, kind FROM chunks WHERE deleted_at IS NULL ORDER BY id")
         stored = int(mem.db.scalar("SELECT count(*) FROM passages"))
+        rows = mem.db.fetchall("SELECT heading, text, kind FROM chunks WHERE deleted_at IS NULL ORDER BY id")
     texts = [embedding_text(h or "", t) for h, t, _ in rows]
     windows = [w for h, t, k in rows for w in passages.texts_of(h or "", t, k)]
     row = {
         "system": f"nbmemory ({label.strip('-') + ', ' if label else ''}{refine})",
         "searchable_s": round(searchable, 1),
-        "complete_s": round(complete, 1),
+        "complete_s": round(complete, 1) if done else None,
+        "refining_s_when_stopped": None if done else round(complete - searchable, 1),
         "files_per_s_searchable": round(report.files_seen / searchable, 1) if searchable else None,
         "files": report.files_seen,
         "chunks": report.chunks_added,
@@ -162,13 +179,21 @@ def run_shape(
     name: str, folder: Path, embedder: Any, args: argparse.Namespace, workdir: Path
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    bare = None
     if args.static_only:
         row = nbmemory_run(folder, args.static, "background", workdir, "-static")[0]
         row["shape"] = name
         return [row]
-    row, texts, windows = nbmemory_run(folder, embedder, "background", workdir)
+    if args.bare_first:
+        drafted = chunker_texts(folder)
+        bare = bare_pass(drafted)
+        print(bare, flush=True)
+    row, texts, windows = nbmemory_run(folder, embedder, "background", workdir, wait=args.refine_wait)
     rows.append(row)
-    bare = bare_pass(texts)
+    if bare is None:
+        bare = bare_pass(texts)
+    else:
+        bare["same_texts_as_store"] = sorted(drafted) == sorted(texts)
     rows.insert(0, bare)
     if args.bare_windows:
         both = bare_pass(texts + windows)
@@ -226,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inline", action="store_true", help="also index with refine='inline' (the old way)")
     parser.add_argument(
         "--bare-windows", action="store_true", help="also time a bare pass over chunks and passages"
+    )
+    parser.add_argument(
+        "--refine-wait",
+        type=float,
+        help="wait at most this many seconds for the passages after the index returns (default: until done)",
+    )
+    parser.add_argument(
+        "--bare-first", action="store_true", help="time the bare pass before the index (see above)"
     )
     parser.add_argument(
         "--static", action="store_true", help="also index with the static model (NBMEMORY_MODEL=static)"
