@@ -34,7 +34,7 @@ from nbmemory.errors import ConfigError, NotFoundError, StoreError, TeamAccessEr
 from nbmemory.ingest.indexer import Indexer, IndexReport, batch_chunks, shown_path, walk
 from nbmemory.ingest.redact import redact
 from nbmemory.ingest.remembered import remembered_rows
-from nbmemory.items import Item
+from nbmemory.items import Hit, Item
 from nbmemory.search.result import SearchResult
 from nbmemory.store import chunks as chunk_rows
 from nbmemory.store import team_replica
@@ -586,16 +586,44 @@ class Team:
             hit.id = ids.get(hit.id, hit.id)
             hit.more = [ids.get(i, i) for i in hit.more]
             hit.store = "team"
+        for stage in result.trace.stages:  # merge reads the hits' stage scores by their lake ids
+            stage.scores = {ids.get(i, i): score for i, score in stage.scores.items()}
         return result
 
 
 def merge(personal: SearchResult, team: SearchResult, k: int) -> SearchResult:
-    """One ranking of personal and team hits by score, best first (``personal``'s trace kept:
-    the team hits' parts are in the replica's own trace)."""
-    hits = sorted([*personal.hits, *team.hits], key=lambda h: -h.score)[:k]
-    rejected = personal.rejected and team.rejected
+    """One ranking of personal and team hits (``personal``'s trace kept: the team hits' parts
+    are in the replica's own trace).
+
+    Each side keeps its own order (its diversity and recency stages ran on it); the two are
+    merged head by head on a score both sides put on the same scale: a hit's cross-encoder score
+    when the rerank stage scored it, else its convex fusion score, else its vector retriever's
+    cosine, else its BM25 score. The final score is not used: stages like MMR rescale it within
+    their own side's candidates, and reciprocal rank fusion's scores are ranks.
+    The result says "no confident answer" when every side that found something said so.
+    """
+    mine, theirs = _comparable(personal), _comparable(team)
+    hits: list[Hit] = []
+    a, b = list(personal.hits), list(team.hits)
+    while len(hits) < k and (a or b):
+        take_a = bool(a) and (not b or mine.get(a[0].id, a[0].score) >= theirs.get(b[0].id, b[0].score))
+        hits.append(a.pop(0) if take_a else b.pop(0))
+    found = [r for r in (personal, team) if r.hits]
+    rejected = bool(found) and all(r.rejected for r in found)
+    reason = next((r.reason for r in found if r.rejected), "") if rejected else ""
     personal.trace.team = team.trace.team
-    return SearchResult(personal.query, hits, personal.trace, rejected, personal.reason if rejected else "")
+    return SearchResult(personal.query, hits, personal.trace, rejected, reason)
+
+
+def _comparable(result: SearchResult) -> dict[int, float]:
+    """Each hit's score from the latest stage whose scores mean the same in any store."""
+    trace = result.trace
+    # Not RRF's: a rank-based score says nothing across two rankings.
+    named = [trace.stage(n) for n in ("rerank", "convex", "vector", "bm25")]
+    scores: dict[int, float] = {}
+    for stage in reversed([s for s in named if s is not None]):
+        scores.update(stage.scores)  # the earlier in ``named``, the later it writes: it wins
+    return scores
 
 
 def check_personal(namespace: str | None) -> None:

@@ -397,7 +397,7 @@ export interface IRefine {
   total: number;
 }
 
-/** The attached team memory, as `Memory.stats()` says it (`TeamMemory.status` of nbmemory/team.py). */
+/** The attached team memory, as `Memory.stats()` says it (`Team.status` in nbmemory/team.py). */
 export interface ITeamStats {
   /** The catalog, its password masked: `postgres:dbname=lab host=db`, or a `.ducklake` file. */
   catalog: string;
