@@ -341,7 +341,7 @@ def index_section(pages: dict[str, str | bytes]) -> str:
 
 def first_index_section() -> str:
     names = ("first-index-notes.json", "first-index-notebooks.json", "first-index-mix.json",
-             "first-index-vault-static.json")  # fmt: skip
+             "first-index-mix-complete.json", "first-index-vault-static.json")  # fmt: skip
     files = [n for n in names if (RESULTS / n).exists()]
     out = [
         "## A first index\n\n",

@@ -3,7 +3,7 @@ searchable, and the time until its passages are complete, side by side in one ru
 
     python -m bench.ingest.first_index [--shapes notes,notebooks,mix,vault] [--notes DIR] [--notes-n N]
         [--notebooks DIR] [--notebooks-n 67] [--mix-chunks 50000] [--vault-files 17000] [--inline]
-        [--bare-windows] [--bare-first] [--refine-wait S] [--static] [--static-only] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
+        [--bare-windows] [--bare-first] [--bare-from FILE] [--refine-wait S] [--static] [--static-only] [--peers] [--peers-home DIR] [--torch-threads N] [--out FILE]
 
 Each shape is a folder indexed into a new store with the bundled all-MiniLM-L6-v2, no vector cache
 (each text embedded for real), the model loaded and warmed before the clock starts:
@@ -22,6 +22,7 @@ Per shape:
   ``--bare-windows`` also times one of those texts and every passage (sentence window) text;
   ``--bare-first`` times it before the index, over the chunker's texts (checked afterwards to be
   the store's), so a long run's quiet stretch holds both the bare pass and the time to searchable;
+  ``--bare-from FILE`` takes it from an earlier result of this command (its row says so);
 * ``nbmemory (background)``: ``Memory.index`` with the default ``refine="background"``:
   ``searchable_s`` when it returns (chunks stored with BM25 and their own vectors),
   ``complete_s`` when ``Memory.wait_refined()`` returns (every passage stored);
@@ -175,6 +176,15 @@ def nbmemory_run(
     return row, texts, windows
 
 
+def earlier_bare_pass(path: str, shape: str) -> dict[str, Any]:
+    """The bare pass row of ``shape`` in an earlier result file, marked as taken from it."""
+    data = json.loads(Path(path).read_text())
+    for row in data["runs"]:
+        if row.get("shape") == shape and row["system"] == "bare pass":
+            return {**row, "system": f"bare pass (from {Path(path).name})", "from": " ".join(data["command"])}
+    raise SystemExit(f"{path} holds no bare pass of the {shape!r} shape")
+
+
 def run_shape(
     name: str, folder: Path, embedder: Any, args: argparse.Namespace, workdir: Path
 ) -> list[dict[str, Any]]:
@@ -184,7 +194,9 @@ def run_shape(
         row = nbmemory_run(folder, args.static, "background", workdir, "-static")[0]
         row["shape"] = name
         return [row]
-    if args.bare_first:
+    if args.bare_from:
+        bare = earlier_bare_pass(args.bare_from, name)
+    elif args.bare_first:
         drafted = chunker_texts(folder)
         bare = bare_pass(drafted)
         print(bare, flush=True)
@@ -192,6 +204,8 @@ def run_shape(
     rows.append(row)
     if bare is None:
         bare = bare_pass(texts)
+    elif args.bare_from:
+        bare["same_chunk_count"] = bare["chunks"] == len(texts)
     else:
         bare["same_texts_as_store"] = sorted(drafted) == sorted(texts)
     rows.insert(0, bare)
@@ -271,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", action="store_true", help="also time vstash's and memsearch's ingest")
     parser.add_argument(
         "--peers-home", type=Path, help="the peers' venvs (default $PEERS or $TMPDIR/nbm-peers)"
+    )
+    parser.add_argument(
+        "--bare-from",
+        metavar="FILE",
+        help="take the bare pass from an earlier result of this command on this machine instead of "
+        "timing it again (a long shape's complete time then fits a session)",
     )
     parser.add_argument("--torch-threads", type=int, help="torch intra-op threads")
     parser.add_argument("--out", default=str(OUT), help="write the JSON here (default %(default)s)")
